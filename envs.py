@@ -1,0 +1,305 @@
+"""Environments as the agent sees them: server processes, an HTTP client, a concurrent pool, splits.
+
+Where it sits: `agent.py` rolls out episodes through an `EnvPool`; the pool talks HTTP to an
+environment server (`servers/<env>.py`, or any AgentGym server given by URL). AgentGym-RL's
+Environment module (paper section 2): each environment is a separate service, so that
+environment code never blocks or crashes the learner.
+
+    EnvServer   start `python -m servers.<env>` on a free loopback port, wait until it answers,
+                stop it at exit (also on Ctrl-C, SIGTERM or an exception; the child also dies
+                with its parent), restart it if it crashed.
+    EnvClient   the protocol (/create /reset /step /observation /close) with timeouts.
+    EnvPool     many instances stepped concurrently: one HTTP round trip per live episode per
+                turn, all in flight at once on a thread pool.
+    ENVS        per environment: its server module, named task splits (train and test never
+                overlap), how to read an action out of a reply, the instruction given to the agent.
+"""
+
+import atexit
+import ctypes
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable
+
+import requests
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-environment facts
+# ---------------------------------------------------------------------------------------------
+
+
+def action_after_last_tag(reply: str) -> str:
+    """AgentGym's BabyAI/TextCraft/SciWorld client: the text after the last `Action:`, on its line."""
+    text = reply.split("Action:")[-1] if "Action:" in reply else reply
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    return lines[0].strip() if lines else ""
+
+
+def babyai_action(reply: str) -> str:
+    """AgentGym's BabyAI client also strips every character outside [A-Za-z0-9, ]."""
+    return re.sub(r"[^A-Za-z0-9, ]", "", action_after_last_tag(reply))
+
+
+def whole_reply(reply: str) -> str:
+    """Servers that parse the reply themselves (Deep Search tags, WebArena's fenced block)."""
+    return reply
+
+
+@dataclass
+class EnvSpec:
+    name: str
+    module: str  # the server, run as `python -m <module>`
+    splits: dict[str, list[int]]  # named task ids (data_idx); "train" and "test" never overlap
+    instruction: str  # the system prompt: what the environment is and how to reply
+    parse_action: Callable[[str], str] = action_after_last_tag
+    score_scale: float = 1.0  # outcome reward = final `score` / score_scale
+    success_at: float = 1.0  # an episode succeeded when its outcome reward >= this
+    default_horizon: int = 20  # eval's max turns when none is given
+    extra_create: dict = field(default_factory=dict)  # body of POST /create
+
+
+def babyai_tasks(levels: list[int], seeds: range) -> list[int]:
+    """data_idx of AgentGym levels (1-based, as in servers/babyai.py LEVELS) x seeds."""
+    return [seed * 40 + (level - 1) for seed in seeds for level in levels]
+
+
+# The CPU demo's task set (see README): BabyAI-GoToRedBall-v0, GoToObjS6 and GoToLocalS8N7,
+# AgentGym's levels 2, 4 and 5. Seeds below 10000 train, seeds from 10000 test.
+BABYAI_DEMO_LEVELS = [2, 4, 5]
+
+ENVS: dict[str, EnvSpec] = {
+    "babyai": EnvSpec(
+        name="babyai",
+        module="servers.babyai",
+        splits={
+            "train": babyai_tasks(BABYAI_DEMO_LEVELS, range(0, 10000)),
+            "test": babyai_tasks(BABYAI_DEMO_LEVELS, range(10000, 10200)),
+            "all-train": babyai_tasks(list(range(1, 41)), range(0, 10000)),
+            "all-test": babyai_tasks(list(range(1, 41)), range(10000, 10010)),
+        },
+        instruction=(
+            "You are an agent in a grid world. Each turn you see the objects in view, what is in "
+            "front of you, what you carry, the available actions and your goal. Reply with one of "
+            "the available actions, as `Action: <action>`."
+        ),
+        parse_action=babyai_action,
+        success_at=1e-6,  # BabyAI rewards success with 1 - 0.9 * steps / budget > 0
+        default_horizon=20,
+    ),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Server process
+# ---------------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _die_with_parent():
+    """In the child, before exec: ask Linux to SIGTERM us when the parent dies (no orphans)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _exit_on_sigterm():
+    """Turn SIGTERM into SystemExit so that atexit handlers (which stop servers) run."""
+    if threading.current_thread() is threading.main_thread() and \
+            signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
+class EnvServer:
+    """`python -m <module> --port P` as a child process on loopback."""
+
+    def __init__(self, module: str, port: int | None = None, startup_timeout: float = 120.0,
+                 log_path: str | None = None):
+        self.module, self.port, self.startup_timeout = module, port, startup_timeout
+        self.log_path = log_path
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "EnvServer":
+        self.port = self.port or free_port()
+        log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", self.module, "--port", str(self.port)],
+            cwd=ROOT, stdout=log, stderr=log if self.log_path else subprocess.DEVNULL,
+            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+        )
+        if log is not subprocess.DEVNULL:
+            log.close()
+        atexit.register(self.stop)
+        _exit_on_sigterm()
+        deadline = time.time() + self.startup_timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.module} exited with code {self.proc.returncode} while "
+                                   f"starting (log: {self.log_path or 'not kept'})")
+            try:
+                requests.get(self.url + "/", timeout=2)
+                return self
+            except requests.RequestException:
+                time.sleep(0.2)
+        self.stop()
+        raise TimeoutError(f"{self.module} did not answer on {self.url} within {self.startup_timeout}s")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+        atexit.unregister(self.stop)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+# ---------------------------------------------------------------------------------------------
+# Client and pool
+# ---------------------------------------------------------------------------------------------
+
+
+class EnvClient:
+    """The AgentGym protocol for one server. Sends the instance as both `id` and `env_idx`, so it
+    drives AgentGym's servers (which use either name) as well as ours."""
+
+    def __init__(self, url: str, timeout: float = 60.0):
+        self.url, self.timeout = url.rstrip("/"), timeout
+        self.session = requests.Session()
+
+    def _post(self, path: str, body: dict) -> dict:
+        r = self.session.post(self.url + path, json=body, timeout=self.timeout)
+        if r.status_code >= 400:
+            raise RuntimeError(f"POST {path} -> {r.status_code}: {r.text[:500]}")
+        out = r.json()
+        if isinstance(out, dict) and "error" in out and "observation" not in out:
+            raise RuntimeError(f"POST {path}: {out['error']}")  # AgentGym servers answer 200 + error
+        return out
+
+    def create(self, **body) -> int:
+        out = self._post("/create", body)
+        return out if isinstance(out, int) else out.get("id", out.get("env_idx"))
+
+    def reset(self, iid: int, data_idx: int) -> dict:
+        return self._post("/reset", {"id": iid, "env_idx": iid, "data_idx": data_idx})
+
+    def step(self, iid: int, action: str) -> dict:
+        return self._post("/step", {"id": iid, "env_idx": iid, "action": action})
+
+    def observation(self, iid: int):
+        r = self.session.get(self.url + "/observation", params={"id": iid, "env_idx": iid},
+                             timeout=self.timeout)
+        r.raise_for_status()
+        return r.json()
+
+    def close(self, iid: int) -> None:
+        try:
+            self._post("/close", {"id": iid, "env_idx": iid})
+        except (requests.RequestException, RuntimeError):
+            pass  # closing is best effort: the server may already be gone
+
+
+class EnvPool:
+    """`size` instances of one environment, reset and stepped concurrently.
+
+    `url` is a running server (ours or AgentGym's); or give `server`, an `EnvServer` the pool may
+    restart when it crashed. A request that fails ends that episode (done, reward 0, `error` set)
+    instead of the whole batch; the instance is created afresh at its next reset.
+    """
+
+    def __init__(self, url: str | None = None, size: int = 1, server: EnvServer | None = None,
+                 timeout: float = 60.0, create_body: dict | None = None):
+        self.server = server
+        self.url = url or server.url
+        self.timeout, self.create_body = timeout, create_body or {}
+        self.clients = [EnvClient(self.url, timeout) for _ in range(size)]  # one session each
+        self.ids: list[int | None] = [None] * size
+        self.executor = ThreadPoolExecutor(max_workers=min(64, max(1, size)))
+
+    def __len__(self):
+        return len(self.clients)
+
+    def _call(self, slot: int, fn: Callable[[], dict]) -> dict:
+        try:
+            return fn()
+        except (requests.RequestException, RuntimeError, ValueError) as e:
+            self.ids[slot] = None  # recreate at the next reset
+            return {"observation": f"[environment error: {e}]", "reward": 0.0, "score": 0.0,
+                    "done": True, "error": str(e)}
+
+    def _reset_one(self, slot: int, data_idx: int) -> dict:
+        client = self.clients[slot]
+        if self.ids[slot] is None:
+            self.ids[slot] = client.create(**self.create_body)
+        return client.reset(self.ids[slot], data_idx)
+
+    def reset(self, slots: list[int], data_idxs: list[int]) -> list[dict]:
+        if self.server is not None and not self.server.alive():
+            self.server.restart()  # a crashed server: start it again, instances are gone with it
+            self.ids = [None] * len(self.ids)
+        return list(self.executor.map(
+            lambda sd: self._call(sd[0], lambda: self._reset_one(*sd)), zip(slots, data_idxs)))
+
+    def step(self, slots: list[int], actions: list[str]) -> list[dict]:
+        return list(self.executor.map(
+            lambda sa: self._call(sa[0], lambda: self.clients[sa[0]].step(self.ids[sa[0]], sa[1])),
+            zip(slots, actions)))
+
+    def close(self) -> None:
+        for slot, iid in enumerate(self.ids):
+            if iid is not None:
+                self.clients[slot].close(iid)
+        self.ids = [None] * len(self.ids)
+        self.executor.shutdown(wait=False)
+
+
+def open_pool(env: str, size: int, url: str | None = None, log_path: str | None = None) -> EnvPool:
+    """A pool for `env`: on the server at `url` if given, else on a fresh local server process."""
+    spec = ENVS[env]
+    if url:
+        return EnvPool(url=url, size=size, create_body=spec.extra_create)
+    server = EnvServer(spec.module, log_path=log_path).start()
+    return EnvPool(server=server, size=size, create_body=spec.extra_create)
+
+
+def close_pool(pool: EnvPool) -> None:
+    pool.close()
+    if pool.server is not None:
+        pool.server.stop()

@@ -1,0 +1,230 @@
+"""BabyAI as text: the real BabyAI levels of `minigrid`, served with the AgentGym protocol.
+
+Where it sits: `envs.py` starts this file as a subprocess (`python -m servers.babyai --port P`)
+and talks to it over HTTP; nothing here knows about models or torch.
+
+Task ids follow AgentGym: `data_idx` -> level `LEVELS[data_idx % 40]` (AgentGym's level 1..40)
+with seed `data_idx // 40`. The observation describes what the agent sees (each visible object
+with how far ahead and to the side it is), what is in front of it, what it carries, the list of
+available actions, and last the goal. Besides the primitive moves, the actions include high-level
+ones (`go to red ball 1`, `pickup red ball 1`, `go through blue door 1`, `toggle and go through
+blue door 1`) that this server carries out by planning a shortest path (breadth-first search over
+position and heading). Every primitive step counts against the level's own step budget; the
+episode ends on success (reward 1 - 0.9 * steps / budget, as BabyAI gives it) or when the budget
+is spent. `score` is the reward so far, which AgentGym's client uses as the episode's reward.
+"""
+
+import re
+from collections import deque
+
+import gymnasium as gym
+import minigrid  # noqa: F401  (importing registers the BabyAI-* levels with gymnasium)
+
+from servers.common import EnvError, build_app, serve
+
+# AgentGym's 40 BabyAI levels, in its order (its level k is LEVELS[k - 1]). GoToObjS6 is v1 in
+# current minigrid.
+LEVELS = [
+    "BabyAI-GoToRedBallGrey-v0", "BabyAI-GoToRedBall-v0", "BabyAI-GoToRedBallNoDists-v0",
+    "BabyAI-GoToObjS6-v1", "BabyAI-GoToLocalS8N7-v0", "BabyAI-GoToObjMazeS7-v0",
+    "BabyAI-GoToImpUnlock-v0", "BabyAI-GoToSeqS5R2-v0", "BabyAI-GoToRedBlueBall-v0",
+    "BabyAI-GoToDoor-v0", "BabyAI-GoToObjDoor-v0", "BabyAI-Open-v0", "BabyAI-OpenRedDoor-v0",
+    "BabyAI-OpenDoorLoc-v0", "BabyAI-OpenRedBlueDoorsDebug-v0", "BabyAI-OpenDoorsOrderN4Debug-v0",
+    "BabyAI-Pickup-v0", "BabyAI-UnblockPickup-v0", "BabyAI-PickupLoc-v0",
+    "BabyAI-PickupDistDebug-v0", "BabyAI-PickupAbove-v0", "BabyAI-PutNextLocalS6N4-v0",
+    "BabyAI-PutNextS7N4Carrying-v0", "BabyAI-Unlock-v0", "BabyAI-UnlockLocalDist-v0",
+    "BabyAI-KeyInBox-v0", "BabyAI-UnlockPickupDist-v0", "BabyAI-BlockedUnlockPickup-v0",
+    "BabyAI-UnlockToUnlock-v0", "BabyAI-ActionObjDoor-v0", "BabyAI-FindObjS7-v0",
+    "BabyAI-KeyCorridorS6R3-v0", "BabyAI-OneRoomS20-v0", "BabyAI-MoveTwoAcrossS8N9-v0",
+    "BabyAI-SynthS5R2-v0", "BabyAI-SynthLoc-v0", "BabyAI-SynthSeq-v0", "BabyAI-MiniBossLevel-v0",
+    "BabyAI-BossLevel-v0", "BabyAI-BossLevelNoUnlock-v0",
+]
+
+LEFT, RIGHT, FORWARD, PICKUP, DROP, TOGGLE = 0, 1, 2, 3, 4, 5  # minigrid's action numbers
+DIRS = [(1, 0), (0, 1), (-1, 0), (0, -1)]  # heading 0..3 -> (dx, dy): east, south, west, north
+CHECK = "check available actions"
+
+
+def task_of(data_idx: int) -> tuple[str, int]:
+    """AgentGym's mapping of a task id to (level, seed)."""
+    return LEVELS[data_idx % len(LEVELS)], data_idx // len(LEVELS)
+
+
+def normalise(action: str) -> str:
+    """Lower case, only [a-z0-9, ] kept, spaces collapsed (what AgentGym's client sends)."""
+    return " ".join(re.sub(r"[^a-z0-9, ]", " ", action.lower()).split())
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+class BabyAIText:
+    """One BabyAI episode at a time, seen and driven through text."""
+
+    def __init__(self):
+        self.levels: dict[str, gym.Env] = {}  # made once per level, reused across resets
+        self.env = None
+        self.actions: dict[str, list[int]] = {}  # available action -> its primitive steps
+        self.last = ""
+        self.score, self.done = 0.0, False
+
+    # --- the protocol ---------------------------------------------------------------------
+
+    def reset(self, data_idx) -> dict:
+        if not isinstance(data_idx, int) or data_idx < 0:
+            raise EnvError(f"data_idx must be a non-negative integer, got {data_idx!r}")
+        level, seed = task_of(data_idx)
+        if level not in self.levels:
+            self.levels[level] = gym.make(level)
+        self.env = self.levels[level]
+        self.obs, _ = self.env.reset(seed=seed)
+        self.score, self.done = 0.0, False
+        self.last = self.describe()
+        return self.answer(0.0, category=level, seed=seed)
+
+    def step(self, action: str) -> dict:
+        if self.env is None:
+            raise EnvError("reset the instance before stepping it")
+        if self.done:
+            return self.answer(0.0, note="The episode is over; reset to start a new one.")
+        act = normalise(action)
+        if act == CHECK or act.startswith("check"):
+            return self.answer(0.0, note="You can take the following actions: " + ", ".join(self.actions))
+        if act not in self.actions:
+            return self.answer(0.0, note=f'"{act}" is not an available action; choose one of the '
+                               "available actions listed below.")
+        reward = 0.0
+        for primitive in self.actions[act]:
+            self.obs, r, terminated, truncated, _ = self.env.step(primitive)
+            reward += float(r)
+            if terminated or truncated:
+                self.done = True
+                break
+        self.score += reward
+        self.last = self.describe()
+        if self.done:
+            self.last = ("The task is completed. " if reward > 0 else "You ran out of steps. ") + self.last
+        return self.answer(reward)
+
+    def observation(self) -> str:
+        return self.last
+
+    def close(self) -> None:
+        for env in self.levels.values():
+            env.close()
+        self.levels.clear()
+
+    def answer(self, reward: float, note: str = "", **extra) -> dict:
+        obs = f"{note}\n{self.last}" if note else self.last
+        return {"observation": obs, "reward": reward, "score": self.score, "done": self.done,
+                "available_actions": list(self.actions), **extra}
+
+    # --- what the agent sees --------------------------------------------------------------
+
+    def visible_objects(self) -> list[dict]:
+        """Objects in the agent's 7x7 view, nearest first, named `<colour> <type> <n>`."""
+        u = self.env.unwrapped
+        view, visible = u.gen_obs_grid()
+        size = u.agent_view_size
+        (ax, ay), (fx, fy), (rx, ry) = map(tuple, (u.agent_pos, u.dir_vec, u.right_vec))
+        seen = []
+        for i in range(size):
+            for j in range(size):
+                cell = view.get(i, j)
+                if not visible[i, j] or cell is None or cell.type in ("wall", "empty", "floor", "unseen"):
+                    continue
+                if (i, j) == (size // 2, size - 1):  # the agent's own cell: what it carries
+                    continue
+                ahead, right = size - 1 - j, i - size // 2
+                pos = (int(ax + fx * ahead + rx * right), int(ay + fy * ahead + ry * right))
+                seen.append({"obj": cell, "pos": pos, "ahead": ahead, "right": right})
+        seen.sort(key=lambda o: (abs(o["ahead"]) + abs(o["right"]), o["ahead"], o["right"]))
+        counts: dict[str, int] = {}
+        for o in seen:
+            kind = f"{o['obj'].color} {o['obj'].type}"
+            counts[kind] = counts.get(kind, 0) + 1
+            o["name"] = f"{kind} {counts[kind]}"
+        return seen
+
+    def describe(self) -> str:
+        u = self.env.unwrapped
+        objects = self.visible_objects()
+        self.actions = self.available_actions(objects)
+        parts = []
+        for o in objects:
+            where = [plural(o["ahead"], "step") + " ahead"] if o["ahead"] else []
+            if o["right"]:
+                where.append(plural(abs(o["right"]), "step") + (" right" if o["right"] > 0 else " left"))
+            state = ""
+            if o["obj"].type == "door":
+                state = " (open)" if o["obj"].is_open else " (locked)" if o["obj"].is_locked else " (closed)"
+            parts.append(f"{o['name']}{state} {' and '.join(where)}")
+        seen = "You see " + ", ".join(parts) + "." if parts else "You see no objects."
+        front = u.grid.get(*map(int, u.front_pos))
+        front_text = "nothing" if front is None else "a wall" if front.type == "wall" else next(
+            (o["name"] for o in objects if o["pos"] == tuple(map(int, u.front_pos))), f"a {front.color} {front.type}")
+        carry = f"a {u.carrying.color} {u.carrying.type}" if u.carrying else "nothing"
+        return (f"{seen} In front of you: {front_text}. You carry {carry}.\n"
+                f"Available actions: {', '.join(self.actions)}.\nGoal: {self.obs['mission']}.")
+
+    # --- the actions and their planner ----------------------------------------------------
+
+    def available_actions(self, objects: list[dict]) -> dict[str, list[int]]:
+        u = self.env.unwrapped
+        front = u.grid.get(*map(int, u.front_pos))
+        acts: dict[str, list[int]] = {"turn left": [LEFT], "turn right": [RIGHT]}
+        if front is None or front.can_overlap():
+            acts["move forward"] = [FORWARD]
+        for o in objects:
+            path = self.path_to_face(o["pos"])
+            if path is None:
+                continue
+            if o["obj"].type == "door":
+                acts[f"go to {o['name']}"] = path
+                if o["obj"].is_open:
+                    acts[f"go through {o['name']}"] = path + [FORWARD, FORWARD]
+                elif not o["obj"].is_locked or (u.carrying and u.carrying.type == "key"
+                                                and u.carrying.color == o["obj"].color):
+                    acts[f"toggle and go through {o['name']}"] = path + [TOGGLE, FORWARD, FORWARD]
+                continue
+            acts[f"go to {o['name']}"] = path
+            if u.carrying is None and o["obj"].can_pickup():
+                acts[f"pickup {o['name']}"] = path + [PICKUP]
+        if u.carrying is not None and front is None:
+            acts["drop"] = [DROP]
+        if front is not None and front.type in ("door", "box"):
+            acts["toggle"] = [TOGGLE]
+        acts[CHECK] = []
+        return acts
+
+    def path_to_face(self, target: tuple[int, int]) -> list[int] | None:
+        """Shortest list of turns and forward moves after which the agent faces `target`."""
+        u = self.env.unwrapped
+        start = (int(u.agent_pos[0]), int(u.agent_pos[1]), int(u.agent_dir))
+        parents = {start: None}
+        queue = deque([start])
+        while queue:
+            x, y, d = state = queue.popleft()
+            if (x + DIRS[d][0], y + DIRS[d][1]) == target:
+                path = []
+                while parents[state] is not None:
+                    state, act = parents[state]
+                    path.append(act)
+                return path[::-1]
+            nx, ny = x + DIRS[d][0], y + DIRS[d][1]
+            cell = u.grid.get(nx, ny) if 0 <= nx < u.width and 0 <= ny < u.height else None
+            moves = [((x, y, (d - 1) % 4), LEFT), ((x, y, (d + 1) % 4), RIGHT)]
+            if 0 <= nx < u.width and 0 <= ny < u.height and (cell is None or cell.can_overlap()):
+                moves.append(((nx, ny, d), FORWARD))
+            for nxt, act in moves:
+                if nxt not in parents:
+                    parents[nxt] = (state, act)
+                    queue.append(nxt)
+        return None
+
+
+app = build_app("BabyAI", BabyAIText)
+
+if __name__ == "__main__":
+    serve(app, description="BabyAI text environment server (AgentGym protocol)")
