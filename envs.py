@@ -97,6 +97,30 @@ ENVS: dict[str, EnvSpec] = {
         success_at=1e-6,  # BabyAI rewards success with 1 - 0.9 * steps / budget > 0
         default_horizon=20,
     ),
+    "searchqa": EnvSpec(
+        name="searchqa",
+        module="servers.searchqa",
+        # The offline fictional encyclopedia (servers/searchqa_data.py, seed 0): 3,000 questions,
+        # question i has i % 3 + 1 hops; the last 600 ask only about entities no training
+        # question names. With real data (--qa), data_idx indexes its questions instead.
+        splits={
+            "train": list(range(0, 2400)),
+            "test": list(range(2400, 3000)),
+            "train-1hop": list(range(0, 2400, 3)),
+            "test-1hop": list(range(2400, 3000, 3)),
+        },
+        instruction=(
+            "Answer the given question. You may first reason inside <think> and </think>. If you "
+            "lack some knowledge, call the search engine with <search> query </search>; it returns "
+            "the top passages between <information> and </information>. Search as many times as "
+            "you need. When you know the answer, give it inside <answer> and </answer>, with no "
+            "explanation, for example <answer> Paris </answer>. Each reply holds one search or "
+            "one answer."
+        ),
+        parse_action=whole_reply,  # the server reads the tags
+        success_at=1.0,
+        default_horizon=10,
+    ),
 }
 
 
