@@ -121,6 +121,30 @@ ENVS: dict[str, EnvSpec] = {
         success_at=1.0,
         default_horizon=10,
     ),
+    "textcraft": EnvSpec(
+        name="textcraft",
+        module="servers.textcraft",
+        # data_idx -> goal item, sorted by crafting depth (servers/textcraft.py GOALS, 544 items):
+        # depth 1 is 0-124, depth 2 125-415, depth 3 416-532, depth 4 533-543 (counted from GOALS;
+        # tests/test_textcraft.py checks these numbers). Every 5th goal is held out for testing.
+        splits={
+            "train": [i for i in range(544) if i % 5 != 4],
+            "test": [i for i in range(544) if i % 5 == 4],
+            "depth1-train": [i for i in range(125) if i % 5 != 4],
+            "depth1-test": [i for i in range(125) if i % 5 == 4],
+        },
+        instruction=(
+            "You are given a few crafting commands (Minecraft recipes) and a goal item to craft. "
+            "Each turn, reply with one command, as `Action: <command>`. The commands are "
+            "`get N item` (only items no recipe makes), `craft N item using N a, N b` (exactly the "
+            "amounts of one recipe; where a recipe names a kind such as `planks`, use an item of "
+            "that kind, e.g. `oak planks`) and `inventory`. You succeed when the goal item is in "
+            "your inventory."
+        ),
+        parse_action=action_after_last_tag,
+        success_at=1.0,
+        default_horizon=30,
+    ),
 }
 
 
