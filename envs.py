@@ -145,6 +145,34 @@ ENVS: dict[str, EnvSpec] = {
         success_at=1.0,
         default_horizon=30,
     ),
+    "webarena": EnvSpec(
+        name="webarena",
+        module="servers.webarena",
+        # data_idx indexes the 35 offline tasks of servers/webarena_tasks/ sorted by task_id (shop
+        # and forum; string, URL and page-content evaluators); every fifth is held out for testing.
+        splits={"train": [i for i in range(35) if i % 5 != 4], "test": [i for i in range(35) if i % 5 == 4]},
+        instruction=(  # WebArena's system prompt (Zhou et al., 2023), shortened
+            "You are an autonomous intelligent agent tasked with navigating a web browser. You will be "
+            "given web-based tasks. Each turn you see the open tabs, the current page's accessibility "
+            "tree (each element as [id] role 'name'), its URL, the objective and your previous action.\n"
+            "The actions you can perform:\n"
+            "`click [id]`: click the element with that id.\n"
+            "`type [id] [content] [press_enter_after=0|1]`: type the content into the field with that "
+            "id; Enter is pressed after typing unless press_enter_after is 0.\n"
+            "`hover [id]`: hover over the element.\n"
+            "`press [key_comb]`: press a key combination (e.g. Ctrl+v).\n"
+            "`scroll [direction=down|up]`: scroll the page.\n"
+            "`new_tab`, `tab_focus [tab_index]`, `close_tab`: open, switch to, or close a tab.\n"
+            "`goto [url]`, `go_back`, `go_forward`: navigate.\n"
+            "`stop [answer]`: finish; put the answer in the brackets if the objective asks for one, "
+            "or N/A if the task is impossible.\n"
+            "Issue one action at a time, valid for the current page, and end your reply with it inside "
+            "a ``` fenced block, e.g. \"In summary, the next action I will perform is ```click [1234]```\"."
+        ),
+        parse_action=whole_reply,  # the server reads the first fenced block
+        success_at=1.0,
+        default_horizon=15,
+    ),
 }
 
 
