@@ -1,0 +1,128 @@
+"""Token in, token out: the loss mask, stored log-probs, and where the gradient goes."""
+
+import pytest
+import torch
+
+import grpo
+from agent import Policy, build_tiny_policy, load_policy, make_batch, rollout, token_logprobs
+from envs import ENVS, EnvPool
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("tiny"))
+    build_tiny_policy("babyai", path, warmup_steps=5, episodes=40)
+    return path
+
+
+@pytest.fixture(scope="module")
+def pool(start_server):
+    server = start_server("servers.babyai")
+    p = EnvPool(url=server.url, size=8)
+    yield p
+    p.close()
+
+
+def run(tiny_path, pool, context_turns, mask_actions, max_turns=3, max_new_tokens=48):
+    torch.manual_seed(0)
+    policy = load_policy(tiny_path, context_turns=context_turns, mask_actions=mask_actions)
+    policy.max_new_tokens = max_new_tokens
+    spec = ENVS["babyai"]
+    trajs = rollout(policy, pool, spec, spec.splits["train"][:4] * 2, max_turns=max_turns,
+                    groups=[0, 1, 2, 3] * 2)
+    return policy, trajs
+
+
+def spans(mask):
+    """Maximal runs of 1s as (start, end) pairs."""
+    out, start = [], None
+    for i, m in enumerate(mask + [0]):
+        if m and start is None:
+            start = i
+        if not m and start is not None:
+            out.append((start, i))
+            start = None
+    return out
+
+
+def test_loss_mask_is_one_exactly_on_the_agents_replies(tiny_path, pool):
+    """Full context, one sequence per episode: each masked span decodes to that turn's reply
+    followed by the end-of-turn token, and there is one span per turn."""
+    policy, trajs = run(tiny_path, pool, context_turns=0, mask_actions=True)
+    tok = policy.tokenizer
+    for tr in trajs:
+        assert len(tr.rows) == 1
+        row = tr.rows[0]
+        runs = spans(row.mask)
+        assert len(runs) == tr.turns
+        for (a, b), action in zip(runs, tr.actions):
+            assert row.ids[b - 1] == policy.end_of_turn
+            assert tok.decode(row.ids[a:b - 1]) == tok.decode(tok(action, add_special_tokens=False)["input_ids"])
+        # the sequence ends on the agent's last token: no observation after the last action
+        assert row.mask[-1] == 1
+
+
+def test_free_generation_masks_exactly_the_sampled_tokens(tiny_path, pool):
+    """Without action masking, the masked tokens are exactly the sampled ones (up to a stop
+    token or max_new_tokens), and a reply cut short gets an untrained end-of-turn token."""
+    policy, trajs = run(tiny_path, pool, context_turns=0, mask_actions=False, max_new_tokens=6)
+    for tr in trajs:
+        row = tr.rows[0]
+        runs = spans(row.mask)
+        assert len(runs) == tr.turns
+        for a, b in runs[:-1]:
+            if row.ids[b - 1] not in policy.stop_ids:  # cut at max_new_tokens
+                assert b - a == 6 and row.ids[b] == policy.end_of_turn and row.mask[b] == 0
+
+
+def test_stored_logprobs_equal_a_fresh_forward_pass(tiny_path, pool):
+    for context_turns, mask in [(0, True), (1, True), (0, False)]:
+        policy, trajs = run(tiny_path, pool, context_turns=context_turns, mask_actions=mask)
+        batch = make_batch(trajs, policy.tokenizer.pad_token_id, policy.model.config.vocab_size)
+        with torch.no_grad():
+            logp, _ = token_logprobs(policy.model, batch, policy.temperature)
+        m = batch.loss_mask.bool()
+        assert m.sum() > 0
+        torch.testing.assert_close(logp[m], batch.old_logprobs[m], atol=2e-4, rtol=0)
+
+
+def test_window_context_gives_one_row_per_turn(tiny_path, pool):
+    policy, trajs = run(tiny_path, pool, context_turns=1, mask_actions=True)
+    for tr in trajs:
+        assert len(tr.rows) == tr.turns
+        for row in tr.rows:
+            assert len(spans(row.mask)) == 1 and row.mask[-1] == 1
+
+
+def test_observation_tokens_get_no_gradient(tiny_path, pool):
+    """d loss / d logp is zero on every observation/template token and non-zero on agent tokens."""
+    policy, trajs = run(tiny_path, pool, context_turns=0, mask_actions=True)
+    for i, t in enumerate(trajs):
+        t.reward = float(i < 4)  # each group: one success, one failure
+    batch = make_batch(trajs, policy.tokenizer.pad_token_id, policy.model.config.vocab_size)
+    with torch.no_grad():
+        batch.ref_logprobs, _ = token_logprobs(policy.model, batch)
+    grpo.advantages(batch)
+    logp, ent = token_logprobs(policy.model, batch, with_entropy=True)
+    logp.retain_grad()
+    ent.retain_grad()
+    loss, _ = grpo.loss(logp, ent, batch)
+    loss.backward()
+    obs = batch.loss_mask == 0
+    assert torch.all(logp.grad[obs] == 0) and torch.all(ent.grad[obs] == 0)
+    assert torch.all(logp.grad[~obs] != 0)
+
+
+def test_observation_tokens_do_not_change_the_update(tiny_path, pool):
+    """Changing the stored old log-probs of observation tokens leaves the loss unchanged."""
+    policy, trajs = run(tiny_path, pool, context_turns=0, mask_actions=True)
+    for i, t in enumerate(trajs):
+        t.reward = float(i < 4)
+    batch = make_batch(trajs, policy.tokenizer.pad_token_id, policy.model.config.vocab_size)
+    grpo.advantages(batch)
+    with torch.no_grad():
+        logp, _ = token_logprobs(policy.model, batch)
+        a, _ = grpo.loss(logp, None, batch)
+        batch.old_logprobs[batch.loss_mask == 0] = 5.0
+        b, _ = grpo.loss(logp, None, batch)
+    assert a.item() == b.item()

@@ -1,0 +1,147 @@
+"""The BabyAI server over real HTTP: the protocol, the high-level actions, bad input."""
+
+import os
+import signal
+
+import pytest
+import requests
+
+from envs import ENVS, EnvClient, EnvPool, EnvServer
+from servers.babyai import LEVELS, task_of
+
+
+@pytest.fixture(scope="module")
+def server(start_server):
+    return start_server("servers.babyai")
+
+
+def test_data_idx_maps_to_level_and_seed_as_agentgym():
+    assert task_of(0) == ("BabyAI-GoToRedBallGrey-v0", 0)
+    assert task_of(41) == ("BabyAI-GoToRedBall-v0", 1)
+    assert task_of(39) == ("BabyAI-BossLevelNoUnlock-v0", 0)
+    assert len(LEVELS) == 40
+
+
+def test_create_reset_step_observation_close(server):
+    c = EnvClient(server.url)
+    assert "BabyAI" in requests.get(server.url + "/").text
+    iid = c.create()
+    r = c.reset(iid, 1)
+    assert r["done"] is False and r["reward"] == 0 and r["score"] == 0
+    assert "Goal: go to the red ball." in r["observation"]
+    assert "turn left" in r["available_actions"]
+    r2 = c.step(iid, "turn left")
+    assert set(r2) >= {"observation", "reward", "score", "done"}
+    assert c.observation(iid) == r2["observation"]
+    c.close(iid)
+    assert requests.post(server.url + "/step", json={"id": iid, "action": "turn left"}).status_code == 404
+
+
+def test_go_to_action_reaches_the_object_and_succeeds(server):
+    """On GoToRedBall, `go to red ball 1` (when visible) plans a path and completes the task."""
+    c = EnvClient(server.url)
+    iid = c.create()
+    solved = 0
+    for seed in range(10):
+        r = c.reset(iid, 40 * seed + 1)
+        for _ in range(4):  # turn until the red ball is in view
+            if "go to red ball 1" in r["available_actions"]:
+                break
+            r = c.step(iid, "turn left")
+        if "go to red ball 1" in r["available_actions"]:
+            r = c.step(iid, "go to red ball 1")
+            assert r["done"] and r["reward"] > 0 and r["score"] == r["reward"]
+            assert r["observation"].startswith("The task is completed.")
+            solved += 1
+    assert solved >= 5
+
+
+def test_pickup_and_door_actions(server):
+    c = EnvClient(server.url)
+    iid = c.create()
+    # Pickup: PickupLoc (level 19) missions "pick up the X"; pickup whatever is visible and check we carry it.
+    picked = False
+    for seed in range(10):
+        r = c.reset(iid, 40 * seed + 18)
+        picks = [a for a in r["available_actions"] if a.startswith("pickup")]
+        if picks:
+            name = " ".join(picks[0].split()[1:3])
+            r = c.step(iid, picks[0])
+            assert f"You carry a {name}." in r["observation"] or r["done"]
+            picked = True
+            break
+    assert picked
+    # Doors: OpenDoorLoc (level 14); toggle and go through a closed door moves the agent through it.
+    through = False
+    for seed in range(20):
+        r = c.reset(iid, 40 * seed + 13)
+        doors = [a for a in r["available_actions"] if a.startswith("toggle and go through")]
+        if doors:
+            r = c.step(iid, doors[0])
+            assert "not an available action" not in r["observation"]
+            through = True
+            break
+    assert through
+
+
+def test_unknown_action_gets_a_message_and_nothing_breaks(server):
+    c = EnvClient(server.url)
+    iid = c.create()
+    r0 = c.reset(iid, 1)
+    r = c.step(iid, "fly to the moon")
+    assert "not an available action" in r["observation"] and r["done"] is False
+    r = c.step(iid, "check available actions")
+    assert "You can take the following actions" in r["observation"]
+    assert c.step(iid, "turn left")["done"] is False  # still playable
+    assert r0["available_actions"]
+
+
+def test_bad_requests_get_4xx_json(server):
+    u = server.url
+    r = requests.post(u + "/step", json={"id": 12345, "action": "turn left"})
+    assert r.status_code == 404 and "error" in r.json()
+    r = requests.post(u + "/step", json={"action": "turn left"})  # no id
+    assert r.status_code == 422 and "detail" in r.json()
+    r = requests.post(u + "/step", data="not json", headers={"content-type": "application/json"})
+    assert r.status_code == 422
+    iid = requests.post(u + "/create", json={}).json()["id"]
+    r = requests.post(u + "/reset", json={"id": iid, "data_idx": -1})
+    assert r.status_code == 400 and "data_idx" in r.json()["error"]
+    r = requests.get(u + "/observation", params={"id": "abc"})
+    assert r.status_code == 422
+    assert requests.post(u + "/reset", json={"env_idx": iid, "data_idx": 1}).status_code == 200  # AgentGym's name
+
+
+def test_splits_never_overlap():
+    for spec in ENVS.values():
+        if "train" in spec.splits and "test" in spec.splits:
+            assert not set(spec.splits["train"]) & set(spec.splits["test"]), spec.name
+
+
+def test_a_crashed_server_is_restarted():
+    server = EnvServer("servers.babyai").start()
+    pool = EnvPool(server=server, size=2)
+    try:
+        assert not pool.reset([0, 1], [1, 2])[0].get("error")
+        os.kill(server.proc.pid, signal.SIGKILL)
+        server.proc.wait()
+        out = pool.step([0, 1], ["turn left", "turn left"])  # in-flight episodes end with an error
+        assert all(r["done"] and r.get("error") for r in out)
+        r = pool.reset([0, 1], [1, 2])  # the pool restarts the server and recreates instances
+        assert server.alive() and not r[0].get("error") and "Goal:" in r[0]["observation"]
+    finally:
+        pool.close()
+        server.stop()
+
+
+def test_pool_steps_concurrently(server):
+    """64 instances step in parallel: one turn of all of them is far faster than 64 sequential
+    round trips would be if each took the server's per-request latency serially (just check it
+    works and returns answers in slot order)."""
+    pool = EnvPool(url=server.url, size=16)
+    tasks = ENVS["babyai"].splits["test"][:16]
+    first = pool.reset(list(range(16)), tasks)
+    assert [r["category"] for r in first] == [task_of(t)[0] for t in tasks]
+    out = pool.step(list(range(16)), ["turn left"] * 16)
+    assert len(out) == 16 and all("observation" in r for r in out)
+    pool.close()

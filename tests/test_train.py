@@ -1,0 +1,110 @@
+"""The training loop end to end, the horizon schedule, GRPO's advantages, checkpoints."""
+
+import json
+import os
+
+import psutil
+import pytest
+import torch
+
+import grpo
+from scaling_inter import Schedule, fixed, staged
+from train import Config, parse_args, train
+
+
+# --- ScalingInter-RL ---------------------------------------------------------------------------
+
+def test_stage_2_starts_at_step_S_plus_1():
+    s = staged([6, 13, 20], steps_per_stage=100)
+    assert [s.horizon(t) for t in (1, 100, 101, 200, 201, 10_000)] == [6, 6, 13, 13, 20, 20]
+
+
+def test_fixed_schedule_is_one_stage():
+    assert {fixed(15).horizon(t) for t in range(1, 500)} == {15}
+
+
+def test_horizon_depends_only_on_the_step_so_a_resume_lands_in_the_right_stage():
+    s = staged([5, 8, 10], steps_per_stage=3)
+    straight = [s.horizon(t) for t in range(1, 12)]
+    for resume_at in range(1, 11):  # a fresh schedule object after a checkpoint at any step
+        resumed = [staged([5, 8, 10], 3).horizon(t) for t in range(resume_at + 1, 12)]
+        assert resumed == straight[resume_at:]
+
+
+def test_schedule_rejects_bad_rounds():
+    for bad in [(), (5, 5), (8, 5), (0,)]:
+        with pytest.raises(ValueError):
+            Schedule(bad, 10)
+
+
+# --- GRPO / RLOO ---------------------------------------------------------------------------------
+
+def test_grpo_advantages_have_zero_mean_per_group_and_zero_for_equal_rewards():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.5, 0.5, 0.5, 0.5, 0.2, 0.9, 0.4, 0.1])
+    groups = torch.tensor([0] * 4 + [1] * 4 + [2] * 4)
+    adv = grpo.group_advantages(rewards, groups)
+    for g in range(3):
+        assert abs(adv[groups == g].mean().item()) < 1e-6
+    assert torch.all(adv[groups == 1] == 0)
+    assert adv[0] > 0 > adv[1]  # the terminal reward reaches the advantage
+    torch.testing.assert_close(adv[:4].std(), torch.tensor(1.0), atol=1e-4, rtol=0)
+
+
+def test_rloo_baseline_is_the_mean_of_the_others():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.5])
+    adv = grpo.rloo_advantages(rewards, torch.zeros(4, dtype=torch.long))
+    for i in range(4):
+        others = torch.cat([rewards[:i], rewards[i + 1:]]).mean()
+        assert abs(adv[i].item() - (rewards[i] - others).item()) < 1e-6
+
+
+# --- the loop ------------------------------------------------------------------------------------
+
+def small(tmp_path, **kw) -> Config:
+    base = dict(steps=2, tasks_per_step=2, group_size=2, minibatch_size=2, eval_episodes=4,
+                rounds="2,3", steps_per_stage=1, out=str(tmp_path), save_every=1)
+    base.update(kw)
+    return Config(**base)
+
+
+def servers_running() -> set[int]:
+    return {p.pid for p in psutil.process_iter(["cmdline"])
+            if "servers.babyai" in " ".join(p.info["cmdline"] or [])}
+
+
+def test_a_short_training_run_completes_and_leaves_no_server(tmp_path):
+    before = servers_running()
+    summary = train(small(tmp_path))
+    assert set(summary["eval_before"]) >= {"success_rate", "avg_score", "pass_at_k", "avg_turns"}
+    assert set(summary["eval_after"]) == set(summary["eval_before"])
+    rows = [json.loads(x) for x in open(tmp_path / "metrics.jsonl")]
+    assert [r["step"] for r in rows] == [1, 2] and [r["horizon"] for r in rows] == [2, 3]
+    for key in ("charts/reward", "charts/success", "charts/turns", "losses/loss", "losses/kl",
+                "losses/entropy", "losses/clipfrac", "charts/tokens_per_s", "charts/seconds_per_step"):
+        assert key in rows[0]
+    assert os.path.exists(tmp_path / "summary.json") and os.path.exists(tmp_path / "checkpoint" / "state.pt")
+    assert servers_running() == before  # the server subprocess is gone
+
+
+def test_resume_continues_exactly(tmp_path):
+    """3 steps straight == 2 steps, then resume for the third: same weights, same metrics."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    train(small(a, steps=3, eval_episodes=0))
+    train(small(b, steps=2, eval_episodes=0))
+    train(small(b, steps=3, eval_episodes=0, resume=str(b / "checkpoint")))
+    ra = [json.loads(x) for x in open(a / "metrics.jsonl")]
+    rb = [json.loads(x) for x in open(b / "metrics.jsonl")]
+    assert [r["horizon"] for r in rb] == [2, 3, 3] == [r["horizon"] for r in ra]
+    assert ra[2]["charts/reward"] == rb[2]["charts/reward"]
+    assert abs(ra[2]["losses/loss"] - rb[2]["losses/loss"]) < 1e-6
+    from safetensors.torch import load_file
+    wa = load_file(str(a / "checkpoint" / "model.safetensors"))
+    wb = load_file(str(b / "checkpoint" / "model.safetensors"))
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k])
+
+
+def test_cli_flags_cover_the_config():
+    cfg = parse_args(["--env", "babyai", "--algo", "grpo", "--steps", "7", "--rounds", "3,6",
+                      "--steps-per-stage", "4", "--seed", "3", "--out", "x", "--model", "tiny"])
+    assert (cfg.steps, cfg.rounds, cfg.steps_per_stage, cfg.seed) == (7, "3,6", 4, 3)
