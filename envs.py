@@ -145,6 +145,47 @@ ENVS: dict[str, EnvSpec] = {
         success_at=1.0,
         default_horizon=30,
     ),
+    "sciworld": EnvSpec(
+        name="sciworld",
+        module="servers.sciworld",
+        # ScienceWorld's own train/dev/test variations as data_idx [start, stop) ranges, one per
+        # task, over AgentGym's flat list of 4,639 (task, variation) pairs (servers/sciworld.py
+        # GAMES); printed by `python -m servers.sciworld --splits`, which reads its TASKS table
+        # (checked against the jar by tests/test_sciworld.py). No test variation is trained on.
+        splits={split: [i for a, b in ranges for i in range(a, b)] for split, ranges in {
+            "train": [(0, 14), (30, 44), (60, 74), (90, 104), (120, 390), (660, 878), (1096, 1246),
+                      (1396, 1406), (1416, 1426), (1436, 1886), (2336, 2636), (2936, 3086),
+                      (3236, 3386), (3536, 3686), (3836, 3986), (4136, 4152), (4168, 4186),
+                      (4204, 4222), (4240, 4302), (4365, 4427), (4490, 4552), (4615, 4621),
+                      (4629, 4633)],
+            "dev": [(14, 21), (44, 51), (74, 81), (104, 111), (390, 525), (878, 987), (1246, 1321),
+                    (1406, 1411), (1426, 1431), (1886, 2111), (2636, 2786), (3086, 3161),
+                    (3386, 3461), (3686, 3761), (3986, 4061), (4152, 4160), (4186, 4195),
+                    (4222, 4231), (4302, 4333), (4427, 4458), (4552, 4583), (4621, 4624),
+                    (4633, 4635)],
+            "test": [(21, 30), (51, 60), (81, 90), (111, 120), (525, 660), (987, 1096),
+                     (1321, 1396), (1411, 1416), (1431, 1436), (2111, 2336), (2786, 2936),
+                     (3161, 3236), (3461, 3536), (3761, 3836), (4061, 4136), (4160, 4168),
+                     (4195, 4204), (4231, 4240), (4333, 4365), (4458, 4490), (4583, 4615),
+                     (4624, 4629), (4635, 4639)],
+        }.items()},
+        instruction=(
+            "You are an agent in ScienceWorld, a text simulation of a house with rooms, objects, "
+            "substances, plants and animals, where you carry out an elementary science task. "
+            "Each turn you see the result of your last action. Reply with one action, as "
+            "`Action: <action>`. Actions: look around, look at OBJ, look in OBJ, read OBJ, go to "
+            "LOC, open OBJ, close OBJ, pick up OBJ, put down OBJ, move OBJ to OBJ, pour OBJ in OBJ, "
+            "dunk OBJ in OBJ, mix OBJ, activate OBJ, deactivate OBJ, use OBJ on OBJ, connect OBJ "
+            "to OBJ, disconnect OBJ, eat OBJ, flush OBJ, focus on OBJ, wait, wait1, inventory, "
+            "task, check valid actions. `focus on` marks the object the task is about: focusing "
+            "on a wrong one fails the task. When asked to choose among ambiguous objects, reply "
+            "with the number."
+        ),
+        parse_action=action_after_last_tag,
+        score_scale=100.0,  # the server's `score` is ScienceWorld's 0-100
+        success_at=1.0,
+        default_horizon=30,
+    ),
     "webarena": EnvSpec(
         name="webarena",
         module="servers.webarena",
