@@ -32,15 +32,19 @@ from accelerate import Accelerator
 from tqdm import tqdm
 
 import grpo
+import ppo
+import reinforce_pp
 from agent import load_policy, make_batch, rollout, token_logprobs
 from envs import ENVS, close_pool, open_pool
 from eval import evaluate
 from scaling_inter import staged
 
-# Each algorithm: (fill batch.advantages, loss on a minibatch). See each file's docstring.
+# Each algorithm: (fill batch.advantages, loss on a minibatch, its config). See each file's docstring.
 ALGOS = {
-    "grpo": (grpo.advantages, grpo.loss),
-    "rloo": (grpo.rloo_advantages_for, grpo.loss),
+    "grpo": (grpo.advantages, grpo.loss, grpo.GRPOConfig),
+    "rloo": (grpo.rloo_advantages_for, grpo.loss, grpo.GRPOConfig),
+    "ppo": (ppo.advantages, ppo.loss, ppo.PPOConfig),
+    "reinforce_pp": (reinforce_pp.advantages, reinforce_pp.loss, reinforce_pp.ReinforcePPConfig),
 }
 
 
@@ -84,6 +88,12 @@ class Config:
     """weight of the k3 KL to the reference model"""
     entropy_coef: float = 0.001
     """weight of the entropy bonus"""
+    gamma: float = 1.0
+    """discount per agent token (PPO, REINFORCE++)"""
+    lam: float = 1.0
+    """GAE lambda (PPO)"""
+    critic_lr: float = 0.0
+    """learning rate of PPO's critic; 0: the policy's"""
     temperature: float = 1.0
     """sampling temperature at rollout (also used to recompute log-probs)"""
     max_grad_norm: float = 1.0
@@ -166,13 +176,21 @@ def train(cfg: Config) -> dict:
     lr = cfg.lr or (5e-4 if policy.mask_actions and policy.context_turns else 1e-6)
     optimizer = torch.optim.AdamW(policy.model.parameters(), lr=lr)
     policy.model, optimizer = accelerator.prepare(policy.model, optimizer)
+    critic, critic_opt = None, None
+    if cfg.algo == "ppo":  # a copy of the policy's backbone + value head, its own optimizer (ppo.py)
+        critic = ppo.Critic(accelerator.unwrap_model(policy.model))
+        critic_opt = torch.optim.AdamW(critic.parameters(), lr=cfg.critic_lr or lr)
+        critic, critic_opt = accelerator.prepare(critic, critic_opt)
     start = 1
     if state:
         optimizer.load_state_dict(state["optimizer"])
+        if critic is not None:
+            ppo.load_critic(cfg.resume, accelerator.unwrap_model(critic), critic_opt)
         set_rng_state(state["rng"])
         start = state["step"] + 1
-    algo_advantages, algo_loss = ALGOS[cfg.algo]
-    algo_cfg = grpo.GRPOConfig(clip_ratio=cfg.clip_ratio, kl_coef=cfg.kl_coef, entropy_coef=cfg.entropy_coef)
+    algo_advantages, algo_loss, algo_config = ALGOS[cfg.algo]
+    names = {f.name for f in dataclasses.fields(algo_config)}  # its fields take Config's values
+    algo_cfg = algo_config(**{k: v for k, v in dataclasses.asdict(cfg).items() if k in names})
 
     writer = None
     try:
@@ -211,6 +229,9 @@ def train(cfg: Config) -> dict:
             if ref_model is not None:
                 with torch.no_grad():
                     batch.ref_logprobs, _ = token_logprobs(ref_model, batch, cfg.temperature)
+            if critic is not None:  # PPO: V(s_t) at rollout time, the baseline and the value clip's anchor
+                with torch.no_grad():
+                    batch.values = critic(batch).cpu()
             algo_advantages(batch, algo_cfg)
             policy.model.train()
             stats: dict[str, list] = {}
@@ -220,11 +241,18 @@ def train(cfg: Config) -> dict:
                     rows = torch.isin(batch.traj, perm[s:s + cfg.minibatch_size]).nonzero().squeeze(-1)
                     mb = batch.select(rows)
                     logp, ent = token_logprobs(policy.model, mb, cfg.temperature, with_entropy=True)
-                    loss, st = algo_loss(logp, ent, mb, algo_cfg)
+                    if critic is None:
+                        loss, st = algo_loss(logp, ent, mb, algo_cfg)
+                    else:  # PPO: the critic's fresh values add the clipped value loss
+                        loss, st = ppo.loss(logp, ent, mb, algo_cfg, values=critic(mb))
+                        critic_opt.zero_grad()
                     optimizer.zero_grad()
                     accelerator.backward(loss)
                     accelerator.clip_grad_norm_(policy.model.parameters(), cfg.max_grad_norm)
                     optimizer.step()
+                    if critic is not None:
+                        accelerator.clip_grad_norm_(critic.parameters(), cfg.max_grad_norm)
+                        critic_opt.step()
                     st["losses/loss"] = loss.item()
                     for k, v in st.items():
                         stats.setdefault(k, []).append(v)
@@ -247,6 +275,8 @@ def train(cfg: Config) -> dict:
             bar.set_postfix(h=horizon, succ=f"{m['charts/success']:.2f}", turns=f"{m['charts/turns']:.1f}")
             if step % cfg.save_every == 0 or step == cfg.steps:
                 save_checkpoint(cfg, accelerator, policy, optimizer, step, ref_path)
+                if critic is not None:
+                    ppo.save_critic(os.path.join(cfg.out, "checkpoint"), accelerator.unwrap_model(critic), critic_opt)
         if n_eval:
             summary["eval_after"], _ = evaluate(policy, pool, spec, test_tasks, 1, eval_turns, desc="eval after")
             print(f"eval before: success {summary.get('eval_before', {}).get('success_rate', float('nan')):.3f}"
