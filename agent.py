@@ -116,7 +116,9 @@ def load_policy(name: str, env: str = "babyai", device: str = "cpu", dtype=None,
     """`tiny` (built on first use and cached, see the end of this file), or any Hugging Face
     causal LM with a chat template, by hub id or local path (a checkpoint saved by train.py)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # one bar per weight file is noise next to train.py's own
     is_tiny = name == "tiny"
     path = tiny_policy_path(env) if is_tiny else name
     if is_tiny and not os.path.exists(os.path.join(path, "config.json")):
