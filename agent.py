@@ -115,7 +115,7 @@ def load_policy(name: str, env: str = "babyai", device: str = "cpu", dtype=None,
                 max_new_tokens: int = 512, temperature: float = 1.0) -> Policy:
     """`tiny` (built on first use and cached, see the end of this file), or any Hugging Face
     causal LM with a chat template, by hub id or local path (a checkpoint saved by train.py)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # one bar per weight file is noise next to train.py's own
@@ -123,12 +123,14 @@ def load_policy(name: str, env: str = "babyai", device: str = "cpu", dtype=None,
     path = tiny_policy_path(env) if is_tiny else name
     if is_tiny and not os.path.exists(os.path.join(path, "config.json")):
         build_tiny_policy(env, path)
-    tok = AutoTokenizer.from_pretrained(path)
+    tiny_like = is_tiny or getattr(AutoConfig.from_pretrained(path), "agentgym_tiny", False)
+    # AutoTokenizer picks Qwen2Tokenizer from the tiny model's type, which swaps in Qwen's own
+    # pre-tokenizer and normaliser: the tiny policy's tokenizer.json is loaded exactly as saved.
+    tok = (PreTrainedTokenizerFast if tiny_like else AutoTokenizer).from_pretrained(path)
     tok.padding_side = "left"
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32).to(device)
-    tiny_like = is_tiny or getattr(model.config, "agentgym_tiny", False)
     return Policy(
         model=model, tokenizer=tok,
         mask_actions=tiny_like if mask_actions is None else mask_actions,
@@ -179,7 +181,9 @@ def action_trie(policy: Policy, actions: list[str]) -> dict:
         node = root
         for t in policy.tokenizer(a, add_special_tokens=False)["input_ids"] + [policy.end_of_turn]:
             node = node.setdefault(t, {})
-        node[None] = a
+        # Distinct actions must have distinct ids, or sampling one could send the other.
+        if node.setdefault(None, a) != a:
+            raise ValueError(f"actions {a!r} and {node[None]!r} have the same token ids")
     return root
 
 
@@ -444,10 +448,10 @@ def token_logprobs(model, batch: Batch, temperature: float = 1.0, with_entropy: 
 
 
 # ---------------------------------------------------------------------------------------------
-# The `tiny` policy: a small Qwen2 built from a config, a word-level tokenizer built locally
+# The `tiny` policy: a small Qwen2 built from a config, a byte-level BPE tokenizer built locally
 # ---------------------------------------------------------------------------------------------
 
-TINY_VERSION = "v1"
+TINY_VERSION = "v2"
 TINY_SHAPE = dict(hidden_size=128, intermediate_size=512, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=4)
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -488,37 +492,51 @@ def _random_states(env: str, episodes: int, max_turns: int, seed: int):
     return states
 
 
+def tiny_tokenizer(texts: list[str], vocab_size: int = 2000):
+    """A byte-level BPE tokenizer trained on `texts`, with ChatML and its special tokens.
+
+    Byte-level: the 256 byte symbols are the initial alphabet, so any string is encodable and
+    `decode(encode(s)) == s` exactly. Test splits name items and entities never met in training
+    (TextCraft, Deep Search); a word-level vocabulary would map them all to [UNK], and two
+    different available actions could then share token ids in the action trie. BPE still merges
+    every frequent word into one token, so BabyAI's closed vocabulary stays one token a word.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "[UNK]"]
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    core.train_from_iterator(texts + ["user", "assistant", "system", "check available actions"], trainer)
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                  unk_token="[UNK]", additional_special_tokens=["<|im_start|>"],
+                                  clean_up_tokenization_spaces=False)
+    tok.chat_template, tok.padding_side = CHATML, "left"
+    return tok
+
+
 def build_tiny_policy(env: str, path: str, seed: int = 0, warmup_steps: int = 200,
                       episodes: int = 400) -> None:
     """Build, warm up and save the tiny policy for `env`.
 
-    1. A word-level tokenizer over the words of observations met by random play, with ChatML.
+    1. A byte-level BPE tokenizer trained on the text of random play, with ChatML.
     2. A 2-layer Qwen2 (hidden 128) built from a config: random weights, nothing downloaded.
     3. Warm-up (format only): imitate actions drawn uniformly at random from each state's
        available actions. The model learns what an action looks like, never which one is good:
        everything it learns about the task must come from reward.
     """
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from tqdm import tqdm
 
     torch.manual_seed(seed)
     rng = random.Random(seed)
     states = _random_states(env, episodes=episodes, max_turns=6, seed=seed)
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "[UNK]"]
-    words = set()
-    pre = pre_tokenizers.Whitespace()
-    for obs, acts in states:
-        for text in [obs, *acts, "user", "assistant", "system", "check available actions"]:
-            words.update(w for w, _ in pre.pre_tokenize_str(text))
-    vocab = {w: i for i, w in enumerate(specials + sorted(words))}
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
-    core.pre_tokenizer = pre
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                  unk_token="[UNK]", additional_special_tokens=["<|im_start|>"])
-    tok.chat_template, tok.padding_side = CHATML, "left"
-    cfg = Qwen2Config(vocab_size=len(vocab), max_position_embeddings=1024, tie_word_embeddings=True,
+    tok = tiny_tokenizer([text for obs, acts in states for text in [obs, *acts]])
+    cfg = Qwen2Config(vocab_size=len(tok), max_position_embeddings=1024, tie_word_embeddings=True,
                       eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
                       bos_token_id=tok.eos_token_id, **TINY_SHAPE)
     cfg.agentgym_tiny = True  # load_policy turns on masking and the one-turn context for it
@@ -537,7 +555,7 @@ def build_tiny_policy(env: str, path: str, seed: int = 0, warmup_steps: int = 20
                 trie = trie[t]
             rows.append(Row(ids=ctx + reply, mask=[0] * len(ctx) + [1] * len(reply),
                             logprobs=[0.0] * (len(ctx) + len(reply)), allowed=allowed))
-        batch = make_batch([Trajectory(task=0, group=0, rows=rows)], tok.pad_token_id, len(vocab))
+        batch = make_batch([Trajectory(task=0, group=0, rows=rows)], tok.pad_token_id, len(tok))
         logp, _ = token_logprobs(model, batch)
         loss = -(logp * batch.loss_mask).sum() / batch.loss_mask.sum()
         opt.zero_grad()

@@ -126,3 +126,33 @@ def test_observation_tokens_do_not_change_the_update(tiny_path, pool):
         batch.old_logprobs[batch.loss_mask == 0] = 5.0
         b, _ = grpo.loss(logp, None, batch)
     assert a.item() == b.item()
+
+
+def test_unseen_names_round_trip_and_never_share_an_action_leaf(tiny_path):
+    """The tiny tokenizer (built on BabyAI text) encodes any string exactly, so distinct actions
+    with names it never met (TextCraft test items, Deep Search entities) get distinct ids."""
+    from agent import action_trie
+
+    policy = load_policy(tiny_path)
+    tok = policy.tokenizer
+    actions = ["craft 1 warped fungus on a stick using 1 fishing rod, 1 warped fungus",
+               "craft 1 crimson fungus on a stick using 1 fishing rod, 1 crimson fungus",
+               "get 3 netherite scrap", "get 4 netherite scrap", "inventory",
+               "<search>Zhaumbrei Köstrand</search>", "<answer>Zhaumbrei Köstrand</answer>",
+               "<answer>Zhaumbrel Köstrand</answer>", "<answer>1873</answer>", "go to  blue ball 1 "]
+    ids = [tok(a, add_special_tokens=False)["input_ids"] for a in actions]
+    assert [tok.decode(i) for i in ids] == actions
+    assert len({tuple(i) for i in ids}) == len(actions)
+    leaves, stack = [], [action_trie(policy, actions)]
+    while stack:
+        node = stack.pop()
+        leaves += [v for k, v in node.items() if k is None]
+        stack += [v for k, v in node.items() if k is not None]
+    assert sorted(leaves) == sorted(actions)
+
+
+def test_babyai_words_are_single_tokens(tiny_path):
+    """BPE still merges the closed BabyAI vocabulary into one token a word."""
+    tok = load_policy(tiny_path).tokenizer
+    for action in ["go to blue ball 1", "pickup red key 2", "turn left", "move forward", "toggle"]:
+        assert len(tok(action, add_special_tokens=False)["input_ids"]) == len(action.split())
