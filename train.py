@@ -58,7 +58,7 @@ class Config:
     """`tiny` (built locally) or a Hugging Face causal LM id or path"""
     url: str = ""
     """an already running environment server (ours or AgentGym's); empty: start one"""
-    steps: int = 60
+    steps: int = 120
     """training steps (one rollout batch + update each)"""
     seed: int = 0
     """random seed (task sampling, sampling, initialisation)"""
@@ -66,7 +66,7 @@ class Config:
     """output folder: metrics.jsonl, summary.json, checkpoint/, curves.png"""
     rounds: str = "3,5"
     """ScalingInter-RL horizon stages h1,h2,... (one value: a fixed horizon)"""
-    steps_per_stage: int = 30
+    steps_per_stage: int = 60
     """training steps per horizon stage"""
     train_split: str = "train"
     """task split to train on"""
@@ -106,6 +106,8 @@ class Config:
     """turns of history the agent sees; 0: all; -1: auto (1 for tiny, 0 for real models)"""
     eval_episodes: int = 200
     """test tasks for eval_before / eval_after (0: skip)"""
+    eval_samples: int = 1
+    """episodes per test task at eval_before / eval_after (a small test split needs several)"""
     eval_max_turns: int = 0
     """max turns at evaluation; 0: the schedule's last horizon"""
     save_every: int = 20
@@ -214,7 +216,8 @@ def train(cfg: Config) -> dict:
         os.remove(metrics_path)
     try:
         if n_eval and start == 1:
-            summary["eval_before"], _ = evaluate(policy, pool, spec, test_tasks, 1, eval_turns, desc="eval before")
+            summary["eval_before"], _ = evaluate(policy, pool, spec, test_tasks, cfg.eval_samples, eval_turns,
+                                                    desc="eval before")
             print(f"eval before: success {summary['eval_before']['success_rate']:.3f}")
         bar = tqdm(range(start, cfg.steps + 1), desc=f"{cfg.algo} on {cfg.env}", initial=start - 1, total=cfg.steps)
         for step in bar:
@@ -278,7 +281,8 @@ def train(cfg: Config) -> dict:
                 if critic is not None:
                     ppo.save_critic(os.path.join(cfg.out, "checkpoint"), accelerator.unwrap_model(critic), critic_opt)
         if n_eval:
-            summary["eval_after"], _ = evaluate(policy, pool, spec, test_tasks, 1, eval_turns, desc="eval after")
+            summary["eval_after"], _ = evaluate(policy, pool, spec, test_tasks, cfg.eval_samples, eval_turns,
+                                                    desc="eval after")
             print(f"eval before: success {summary.get('eval_before', {}).get('success_rate', float('nan')):.3f}"
                   f"  after: success {summary['eval_after']['success_rate']:.3f}")
     finally:

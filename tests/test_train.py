@@ -108,3 +108,24 @@ def test_cli_flags_cover_the_config():
     cfg = parse_args(["--env", "babyai", "--algo", "grpo", "--steps", "7", "--rounds", "3,6",
                       "--steps-per-stage", "4", "--seed", "3", "--out", "x", "--model", "tiny"])
     assert (cfg.steps, cfg.rounds, cfg.steps_per_stage, cfg.seed) == (7, "3,6", 4, 3)
+
+
+def test_eval_writes_summary_and_every_trajectory(tmp_path):
+    import eval as evaluation
+
+    out = tmp_path / "ev"
+    summary = evaluation.main(["--model", "tiny", "--task-ids", "1,41,81-82", "--n-samples", "2",
+                               "--max-turns", "3", "--out", str(out)])
+    assert summary["n_tasks"] == 4 and summary["n_episodes"] == 8
+    assert set(summary["pass_at_k"]) == {"1", "2"}
+    assert summary["pass_at_k"]["2"] >= summary["pass_at_k"]["1"]
+    lines = [json.loads(x) for x in open(out / "trajectories.jsonl")]
+    assert len(lines) == 8 and all(len(t["actions"]) == t["turns"] <= 3 for t in lines)
+    assert lines[0]["conversation"][0]["role"] == "user" and "Goal:" in lines[0]["conversation"][0]["content"]
+
+
+def test_pass_at_k_estimator():
+    from eval import pass_at_k
+
+    assert pass_at_k(4, 0, 2) == 0.0 and pass_at_k(4, 4, 1) == 1.0
+    assert abs(pass_at_k(4, 1, 1) - 0.25) < 1e-12 and abs(pass_at_k(4, 1, 2) - 0.5) < 1e-12
