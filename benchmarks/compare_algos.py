@@ -31,6 +31,7 @@ def main():
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--env", default=Config.env)
     p.add_argument("--steps", type=int, default=Config.steps)
+    p.add_argument("--steps-per-stage", type=int, default=Config.steps_per_stage)
     p.add_argument("--out", default="runs/compare")
     args = p.parse_args()
     algos, seeds = args.algos.split(","), [int(s) for s in args.seeds.split(",")]
@@ -39,10 +40,12 @@ def main():
     for algo in algos:
         for seed in seeds:
             summary = train(Config(env=args.env, algo=algo, seed=seed, steps=args.steps,
+                                   steps_per_stage=args.steps_per_stage,
                                    out=os.path.join(args.out, f"{algo}-{seed}")))
             results.setdefault(algo, []).append(summary)
 
-    lines = [f"{args.env}, {args.steps} steps, seeds {args.seeds}; held-out test success rate",
+    lines = [f"{args.env}, {args.steps} steps ({args.steps_per_stage} per horizon stage), seeds {args.seeds}; "
+             "held-out test success rate",
              "", "| algorithm | eval_before | eval_after |", "|---|---|---|"]
     for algo, runs in results.items():
         before = [r["eval_before"]["success_rate"] for r in runs if "eval_before" in r]
