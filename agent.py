@@ -81,6 +81,7 @@ class Policy:
     max_new_tokens: int = 512
     temperature: float = 1.0
     use_instruction: bool = True  # send the env's instruction as the system message
+    is_tiny: bool = False  # the built-in CPU policy (train.py picks its learning rate by this)
 
     @property
     def device(self):
@@ -138,6 +139,7 @@ def load_policy(name: str, env: str = "babyai", device: str = "cpu", dtype=None,
         max_new_tokens=48 if tiny_like else max_new_tokens,
         temperature=temperature,
         use_instruction=not tiny_like,
+        is_tiny=tiny_like,
     )
 
 

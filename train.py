@@ -175,7 +175,7 @@ def train(cfg: Config) -> dict:
     if ref_path == "tiny":
         from agent import tiny_policy_path
         ref_path = tiny_policy_path(cfg.env)
-    lr = cfg.lr or (5e-4 if policy.mask_actions and policy.context_turns else 1e-6)
+    lr = cfg.lr or (5e-4 if policy.is_tiny else 1e-6)
     optimizer = torch.optim.AdamW(policy.model.parameters(), lr=lr)
     policy.model, optimizer = accelerator.prepare(policy.model, optimizer)
     critic, critic_opt = None, None
