@@ -215,7 +215,8 @@ def generate(policy: Policy, contexts: list[list[int]], tries: list[dict] | None
     finished = [False] * B
     cache, step_ids, step_pos = None, input_ids, pos
     for t in range(policy.max_new_tokens):
-        out = model(input_ids=step_ids, attention_mask=attn, position_ids=step_pos, cache=cache, use_cache=True)
+        out = model(input_ids=step_ids, attention_mask=attn, position_ids=step_pos, cache=cache,
+                    use_cache=True, logits_to_keep=1)  # only the next token's logits
         cache = out.cache
         logits = out.logits[:, -1, :].float() / policy.temperature  # (B, V)
         if nodes is not None:

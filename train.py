@@ -58,7 +58,7 @@ class Config:
     """`tiny` (built locally) or a Hugging Face causal LM id or path"""
     url: str = ""
     """an already running environment server (ours or AgentGym's); empty: start one"""
-    steps: int = 120
+    steps: int = 50
     """training steps (one rollout batch + update each)"""
     seed: int = 0
     """random seed (task sampling, sampling, initialisation)"""
@@ -66,13 +66,13 @@ class Config:
     """output folder: metrics.jsonl, summary.json, checkpoint/, curves.png"""
     rounds: str = "3,5"
     """ScalingInter-RL horizon stages h1,h2,... (one value: a fixed horizon)"""
-    steps_per_stage: int = 60
+    steps_per_stage: int = 25
     """training steps per horizon stage"""
     train_split: str = "train"
     """task split to train on"""
     test_split: str = "test"
     """held-out split for eval_before / eval_after"""
-    tasks_per_step: int = 16
+    tasks_per_step: int = 8
     """distinct tasks per step"""
     group_size: int = 8
     """rollouts per task (GRPO's group n)"""
