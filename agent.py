@@ -23,9 +23,7 @@ available actions, sampling is restricted to them by a prefix tree over their to
 same mask is applied when log-probs are recomputed in the update, so the policy ratio is exact.
 """
 
-import math
 import os
-import random
 from dataclasses import dataclass, field
 
 import torch
@@ -114,12 +112,14 @@ class Policy:
 def load_policy(name: str, env: str = "babyai", device: str = "cpu", dtype=None,
                 mask_actions: bool | None = None, context_turns: int | None = None,
                 max_new_tokens: int = 512, temperature: float = 1.0) -> Policy:
-    """`tiny` (built on first use and cached, see the end of this file), or any Hugging Face
+    """`tiny` (built on first use and cached, see tiny.py), or any Hugging Face
     causal LM with a chat template, by hub id or local path (a checkpoint saved by train.py)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # one bar per weight file is noise next to train.py's own
+    from tiny import build_tiny_policy, tiny_policy_path
+
     is_tiny = name == "tiny"
     path = tiny_policy_path(env) if is_tiny else name
     if is_tiny and not os.path.exists(os.path.join(path, "config.json")):
@@ -448,122 +448,3 @@ def token_logprobs(model, batch: Batch, temperature: float = 1.0, with_entropy: 
     p = logp_all.exp()
     ent = -(p * logp_all.masked_fill(p == 0, 0.0)).sum(-1)  # (B, T-1); 0*log0 := 0
     return logp, F.pad(ent, (1, 0))
-
-
-# ---------------------------------------------------------------------------------------------
-# The `tiny` policy: a small Qwen2 built from a config, a byte-level BPE tokenizer built locally
-# ---------------------------------------------------------------------------------------------
-
-TINY_VERSION = "v2"
-TINY_SHAPE = dict(hidden_size=128, intermediate_size=512, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=4)
-CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-
-
-def tiny_policy_path(env: str) -> str:
-    return os.path.join(CACHE_DIR, f"tiny-{env}-{TINY_VERSION}")
-
-
-def _random_states(env: str, episodes: int, max_turns: int, seed: int):
-    """(observation, available actions) pairs visited by uniformly random valid actions on the
-    train split. Nothing here knows which action is good."""
-    from envs import ENVS, close_pool, open_pool
-
-    spec = ENVS[env]
-    rng = random.Random(seed)
-    tasks = rng.sample(spec.splits["train"], min(episodes, len(spec.splits["train"])))
-    pool = open_pool(env, size=min(32, len(tasks)))
-    states = []
-    try:
-        for s in range(0, len(tasks), len(pool)):
-            chunk = tasks[s:s + len(pool)]
-            res = pool.reset(list(range(len(chunk))), chunk)
-            live = list(range(len(chunk)))
-            for _ in range(max_turns):
-                live = [i for i in live if not res[i].get("done") and res[i].get("available_actions")]
-                if not live:
-                    break
-                acts = [rng.choice(res[i]["available_actions"]) for i in live]
-                for i, a in zip(live, acts):
-                    states.append((res[i]["observation"], res[i]["available_actions"]))
-                out = pool.step(live, acts)
-                for i, r in zip(live, out):
-                    res[i] = r
-    finally:
-        close_pool(pool)
-    return states
-
-
-def tiny_tokenizer(texts: list[str], vocab_size: int = 2000):
-    """A byte-level BPE tokenizer trained on `texts`, with ChatML and its special tokens.
-
-    Byte-level: the 256 byte symbols are the initial alphabet, so any string is encodable and
-    `decode(encode(s)) == s` exactly. Test splits name items and entities never met in training
-    (TextCraft, Deep Search); a word-level vocabulary would map them all to [UNK], and two
-    different available actions could then share token ids in the action trie. BPE still merges
-    every frequent word into one token, so BabyAI's closed vocabulary stays one token a word.
-    """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "[UNK]"]
-    core = Tokenizer(models.BPE())
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    core.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, special_tokens=specials,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    core.train_from_iterator(texts + ["user", "assistant", "system", "check available actions"], trainer)
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                  unk_token="[UNK]", additional_special_tokens=["<|im_start|>"],
-                                  clean_up_tokenization_spaces=False)
-    tok.chat_template, tok.padding_side = CHATML, "left"
-    return tok
-
-
-def build_tiny_policy(env: str, path: str, seed: int = 0, warmup_steps: int = 200,
-                      episodes: int = 400) -> None:
-    """Build, warm up and save the tiny policy for `env`.
-
-    1. A byte-level BPE tokenizer trained on the text of random play, with ChatML.
-    2. A 2-layer Qwen2 (hidden 128) built from a config: random weights, nothing downloaded.
-    3. Warm-up (format only): imitate actions drawn uniformly at random from each state's
-       available actions. The model learns what an action looks like, never which one is good:
-       everything it learns about the task must come from reward.
-    """
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    from tqdm import tqdm
-
-    torch.manual_seed(seed)
-    rng = random.Random(seed)
-    states = _random_states(env, episodes=episodes, max_turns=6, seed=seed)
-    tok = tiny_tokenizer([text for obs, acts in states for text in [obs, *acts]])
-    cfg = Qwen2Config(vocab_size=len(tok), max_position_embeddings=1024, tie_word_embeddings=True,
-                      eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                      bos_token_id=tok.eos_token_id, **TINY_SHAPE)
-    cfg.agentgym_tiny = True  # load_policy turns on masking and the one-turn context for it
-    model = Qwen2ForCausalLM(cfg)
-    policy = Policy(model=model, tokenizer=tok, mask_actions=True, context_turns=1, use_instruction=False)
-
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    for step in tqdm(range(warmup_steps), desc=f"tiny {env} warm-up (random valid actions)", leave=False):
-        rows = []
-        for obs, acts in rng.sample(states, 32):
-            ctx = chat_ids(tok, [{"role": "user", "content": obs}])
-            reply = tok(rng.choice(acts), add_special_tokens=False)["input_ids"] + [policy.end_of_turn]
-            trie, allowed = action_trie(policy, acts), {}
-            for p, t in enumerate(reply):  # the same mask as at sampling time
-                allowed[len(ctx) + p] = [k for k in trie if k is not None]
-                trie = trie[t]
-            rows.append(Row(ids=ctx + reply, mask=[0] * len(ctx) + [1] * len(reply),
-                            logprobs=[0.0] * (len(ctx) + len(reply)), allowed=allowed))
-        batch = make_batch([Trajectory(task=0, group=0, rows=rows)], tok.pad_token_id, len(tok))
-        logp, _ = token_logprobs(model, batch)
-        loss = -(logp * batch.loss_mask).sum() / batch.loss_mask.sum()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    os.makedirs(path, exist_ok=True)
-    model.save_pretrained(path)
-    tok.save_pretrained(path)

@@ -17,7 +17,6 @@ and writes both to <out>/summary.json (`eval_before`, `eval_after`, same keys as
 
 import argparse
 import ast
-import copy
 import dataclasses
 import inspect
 import json
@@ -173,7 +172,7 @@ def train(cfg: Config) -> dict:
     policy = load(cfg.resume or cfg.model)
     ref_model = load(ref_path).model.eval().requires_grad_(False) if cfg.kl_coef else None
     if ref_path == "tiny":
-        from agent import tiny_policy_path
+        from tiny import tiny_policy_path
         ref_path = tiny_policy_path(cfg.env)
     lr = cfg.lr or (5e-4 if policy.is_tiny else 1e-6)
     optimizer = torch.optim.AdamW(policy.model.parameters(), lr=lr)

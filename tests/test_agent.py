@@ -4,7 +4,8 @@ import pytest
 import torch
 
 import grpo
-from agent import Policy, build_tiny_policy, load_policy, make_batch, rollout, token_logprobs
+from agent import load_policy, make_batch, rollout, token_logprobs
+from tiny import build_tiny_policy
 from envs import ENVS, EnvPool
 
 
