@@ -401,6 +401,19 @@ class Batch:
                      pick(self.returns), pick(self.values))
 
 
+def agent_tokens(batch, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows, cols) of trajectory n's agent tokens, in the order they were sampled: its rows in
+    turn order, and within a row the loss-mask-1 columns left to right."""
+    rows = (batch.traj == n).nonzero().squeeze(-1)
+    rows = rows[batch.turn[rows].argsort()]
+    b, t = [], []
+    for r in rows.tolist():
+        cols = batch.loss_mask[r].nonzero().squeeze(-1).tolist()
+        b += [r] * len(cols)
+        t += cols
+    return torch.tensor(b, dtype=torch.long), torch.tensor(t, dtype=torch.long)
+
+
 def make_batch(trajs: list[Trajectory], pad_id: int, vocab_size: int) -> Batch:
     rows = [(n, k, r) for n, tr in enumerate(trajs) for k, r in enumerate(tr.rows)]
     B, T = len(rows), max(len(r.ids) for _, _, r in rows)

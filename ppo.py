@@ -46,6 +46,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from agent import agent_tokens
+
 
 @dataclass
 class PPOConfig:
@@ -99,19 +101,6 @@ def load_critic(path: str, critic: Critic, optimizer) -> None:
     state = torch.load(os.path.join(path, "critic.pt"), weights_only=False)
     critic.load_state_dict(state["critic"])
     optimizer.load_state_dict(state["optimizer"])
-
-
-def agent_tokens(batch, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(rows, cols) of trajectory n's agent tokens, in the order they were sampled: its rows in
-    turn order, and within a row the loss-mask-1 columns left to right."""
-    rows = (batch.traj == n).nonzero().squeeze(-1)
-    rows = rows[batch.turn[rows].argsort()]
-    b, t = [], []
-    for r in rows.tolist():
-        cols = batch.loss_mask[r].nonzero().squeeze(-1).tolist()
-        b += [r] * len(cols)
-        t += cols
-    return torch.tensor(b, dtype=torch.long), torch.tensor(t, dtype=torch.long)
 
 
 def gae(rewards: torch.Tensor, values: torch.Tensor, gamma: float, lam: float):

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import torch
 
+from agent import agent_tokens
+
 
 @dataclass
 class ReinforcePPConfig:
@@ -39,19 +41,6 @@ class ReinforcePPConfig:
     """Discount per agent token (the paper: 1.0)."""
     eps: float = 1e-8
     """Added to the variance when whitening."""
-
-
-def agent_tokens(batch, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(rows, cols) of trajectory n's agent tokens, in the order they were sampled: its rows in
-    turn order, and within a row the loss-mask-1 columns left to right."""
-    rows = (batch.traj == n).nonzero().squeeze(-1)
-    rows = rows[batch.turn[rows].argsort()]
-    b, t = [], []
-    for r in rows.tolist():
-        cols = batch.loss_mask[r].nonzero().squeeze(-1).tolist()
-        b += [r] * len(cols)
-        t += cols
-    return torch.tensor(b, dtype=torch.long), torch.tensor(t, dtype=torch.long)
 
 
 def returns_to_go(rewards: torch.Tensor, gamma: float) -> torch.Tensor:
