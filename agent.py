@@ -1,9 +1,10 @@
 """The agent: a chat LLM that observes, thinks and acts over many turns (AgentGym-RL, section 2).
 
 Where it sits: `train.py` and `eval.py` call `rollout()` here; `rollout()` drives environment
-instances through `envs.EnvPool` and returns `Trajectory`s; `make_batch()` turns them into padded
-tensors for the algorithm files, and `token_logprobs()` is the one forward pass that both the
-update and the tests use.
+instances through `envs.EnvPool` and returns `Trajectory`s, whose token sequences (`batch.Row`)
+`batch.make_batch()` turns into padded tensors for the algorithm files. `load_policy()` loads any
+Hugging Face causal LM with a chat template; the CPU `tiny` policy is built and loaded by
+`tiny.py`, which imports this file (never the other way round).
 
 Token in, token out. The model's sampled token ids and their log-probs are kept exactly as
 sampled; generated text is decoded only to be sent to the environment and is never tokenised
@@ -23,30 +24,18 @@ available actions, sampling is restricted to them by a prefix tree over their to
 same mask is applied when log-probs are recomputed in the update, so the policy ratio is exact.
 """
 
-import os
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
+from batch import Row
 from envs import EnvPool, EnvSpec
-
-CACHE_DIR = os.environ.get("AGENTGYM_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "agentgym-rl-mini"))
 
 
 # ---------------------------------------------------------------------------------------------
 # Data
 # ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Row:
-    """One token sequence the model saw and extended."""
-
-    ids: list[int]
-    mask: list[int]  # 1 on the agent's sampled tokens
-    logprobs: list[float]  # log-prob of each sampled token at sampling time (0 elsewhere)
-    allowed: dict[int, list[int]] = field(default_factory=dict)  # position -> allowed token ids
 
 
 @dataclass
@@ -80,6 +69,7 @@ class Policy:
     temperature: float = 1.0
     use_instruction: bool = True  # send the env's instruction as the system message
     is_tiny: bool = False  # the built-in CPU policy (train.py picks its learning rate by this)
+    path: str = ""  # the folder or hub id it was loaded from (train.py's reference model)
 
     @property
     def device(self):
@@ -109,38 +99,20 @@ class Policy:
 # ---------------------------------------------------------------------------------------------
 
 
-def load_policy(name: str, env: str = "babyai", device: str = "cpu", dtype=None,
-                mask_actions: bool | None = None, context_turns: int | None = None,
-                max_new_tokens: int = 512, temperature: float = 1.0) -> Policy:
-    """`tiny` (built on first use and cached, see tiny.py), or any Hugging Face
-    causal LM with a chat template, by hub id or local path (a checkpoint saved by train.py)."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
+def load_policy(path: str, device: str = "cpu", dtype=None, tokenizer_class=None, **settings) -> Policy:
+    """Any Hugging Face causal LM with a chat template, by hub id or local path (a checkpoint
+    saved by train.py). `settings` are `Policy` fields (mask_actions, context_turns, ...);
+    `tokenizer_class` overrides AutoTokenizer's choice (tiny.py needs that)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # one bar per weight file is noise next to train.py's own
-    from tiny import build_tiny_policy, tiny_policy_path
-
-    is_tiny = name == "tiny"
-    path = tiny_policy_path(env) if is_tiny else name
-    if is_tiny and not os.path.exists(os.path.join(path, "config.json")):
-        build_tiny_policy(env, path)
-    tiny_like = is_tiny or getattr(AutoConfig.from_pretrained(path), "agentgym_tiny", False)
-    # AutoTokenizer picks Qwen2Tokenizer from the tiny model's type, which swaps in Qwen's own
-    # pre-tokenizer and normaliser: the tiny policy's tokenizer.json is loaded exactly as saved.
-    tok = (PreTrainedTokenizerFast if tiny_like else AutoTokenizer).from_pretrained(path)
+    tok = (tokenizer_class or AutoTokenizer).from_pretrained(path)
     tok.padding_side = "left"
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32).to(device)
-    return Policy(
-        model=model, tokenizer=tok,
-        mask_actions=tiny_like if mask_actions is None else mask_actions,
-        context_turns=(1 if tiny_like else 0) if context_turns is None else context_turns,
-        max_new_tokens=48 if tiny_like else max_new_tokens,
-        temperature=temperature,
-        use_instruction=not tiny_like,
-        is_tiny=tiny_like,
-    )
+    return Policy(model=model, tokenizer=tok, path=path, **settings)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -260,15 +232,74 @@ def generate(policy: Policy, contexts: list[list[int]], tries: list[dict] | None
 
 
 def rollout(policy: Policy, pool: EnvPool, spec: EnvSpec, tasks: list[int], max_turns: int,
-            groups: list[int] | None = None, batch_size: int = 256) -> list[Trajectory]:
+            groups: list[int] | None = None, batch_size: int = 256, desc: str | None = None) -> list[Trajectory]:
     """Run one episode per entry of `tasks` (up to len(pool) at once), at most `max_turns` agent
-    turns each; all live episodes generate together and step their environments concurrently."""
+    turns each; all live episodes generate together and step their environments concurrently.
+    `desc`: show a progress bar over the chunks of len(pool) episodes, with this label."""
+    from tqdm import tqdm
+
     trajs: list[Trajectory] = []
-    for start in range(0, len(tasks), len(pool)):
+    starts = range(0, len(tasks), len(pool))
+    for start in tqdm(starts, desc=desc, leave=False) if desc else starts:
         chunk = tasks[start:start + len(pool)]
         g = groups[start:start + len(pool)] if groups is not None else list(range(start, start + len(chunk)))
         trajs += _rollout_chunk(policy, pool, spec, chunk, g, max_turns, batch_size)
     return trajs
+
+
+class WholeConversation:
+    """Context mode `context_turns=0`: the agent sees the whole conversation. One token stream
+    per episode, extended in place: the reply's sampled ids (mask 1), then the template's glue
+    and the next observation (mask 0). It becomes the trajectory's only row."""
+
+    def __init__(self, policy: Policy):
+        self.policy, self.row = policy, None
+
+    def context(self, tr: Trajectory) -> list[int]:
+        if self.row is None:  # system + first observation, tokenised once
+            ids = chat_ids(self.policy.tokenizer, tr.messages)
+            self.row = Row(ids=ids, mask=[0] * len(ids), logprobs=[0.0] * len(ids))
+        return self.row.ids
+
+    def add_reply(self, ctx: list[int], reply: list[int], logprobs: list[float], allowed: dict) -> None:
+        base = len(self.row.ids)
+        self.row.ids += reply
+        self.row.mask += [1] * len(reply)
+        self.row.logprobs += logprobs
+        self.row.allowed.update({base + p: a for p, a in allowed.items()})
+
+    def add_observation(self, reply: list[int], observation: str) -> None:
+        # A reply cut at max_new_tokens gets an (untrained) end-of-turn token before the glue.
+        cut = [] if reply[-1:] and reply[-1] in self.policy.stop_ids else [self.policy.end_of_turn]
+        suffix = cut + turn_suffix_ids(self.policy, observation)
+        self.row.ids += suffix
+        self.row.mask += [0] * len(suffix)
+        self.row.logprobs += [0.0] * len(suffix)
+
+    def rows(self) -> list[Row]:
+        return [self.row] if self.row is not None else []
+
+
+class LastTurns:
+    """Context mode `context_turns=K>0`: the agent sees the system message and its last K turns,
+    re-tokenised from the messages each turn. Each turn is its own row, in turn order."""
+
+    def __init__(self, policy: Policy):
+        self.policy, self._rows = policy, []
+
+    def context(self, tr: Trajectory) -> list[int]:
+        return chat_ids(self.policy.tokenizer, _window(tr.messages, self.policy.context_turns))
+
+    def add_reply(self, ctx: list[int], reply: list[int], logprobs: list[float], allowed: dict) -> None:
+        self._rows.append(Row(ids=ctx + reply, mask=[0] * len(ctx) + [1] * len(reply),
+                              logprobs=[0.0] * len(ctx) + logprobs,
+                              allowed={len(ctx) + p: a for p, a in allowed.items()}))
+
+    def add_observation(self, reply: list[int], observation: str) -> None:
+        pass  # the next context is rebuilt from the messages
+
+    def rows(self) -> list[Row]:
+        return self._rows
 
 
 def _rollout_chunk(policy, pool, spec, tasks, groups, max_turns, batch_size):
@@ -276,10 +307,8 @@ def _rollout_chunk(policy, pool, spec, tasks, groups, max_turns, batch_size):
     slots = list(range(n))
     first = pool.reset(slots, tasks)
     trajs = [Trajectory(task=t, group=g) for t, g in zip(tasks, groups)]
-    streams: list[list[int]] = [None] * n  # full-context token stream per episode
-    masks: list[list[int]] = [None] * n
-    lps: list[list[float]] = [None] * n
-    allowed: list[dict] = [None] * n
+    mode = WholeConversation if policy.context_turns == 0 else LastTurns
+    memory = [mode(policy) for _ in range(n)]  # the token sequences of each episode
     info = list(first)
     live = []
     for i, (tr, r) in enumerate(zip(trajs, first)):
@@ -291,20 +320,12 @@ def _rollout_chunk(policy, pool, spec, tasks, groups, max_turns, batch_size):
         if r.get("error"):
             tr.error, tr.done = r["error"], True
             continue
-        if policy.context_turns == 0:
-            streams[i] = chat_ids(policy.tokenizer, tr.messages)
-            masks[i], lps[i], allowed[i] = [0] * len(streams[i]), [0.0] * len(streams[i]), {}
         live.append(i)
 
     for turn in range(max_turns):
         if not live:
             break
-        contexts = []
-        for i in live:
-            if policy.context_turns == 0:
-                contexts.append(streams[i])
-            else:
-                contexts.append(chat_ids(policy.tokenizer, _window(trajs[i].messages, policy.context_turns)))
+        contexts = [memory[i].context(trajs[i]) for i in live]
         tries = None
         if policy.mask_actions:
             tries = [action_trie(policy, info[i].get("available_actions") or ["check available actions"]) for i in live]
@@ -317,18 +338,7 @@ def _rollout_chunk(policy, pool, spec, tasks, groups, max_turns, batch_size):
         still = []
         for k, i in enumerate(live):
             tr, r = trajs[i], results[k]
-            reply_ids = ids[k]
-            if policy.context_turns == 0:
-                base = len(streams[i])
-                streams[i] += reply_ids
-                masks[i] += [1] * len(reply_ids)
-                lps[i] += lp[k]
-                allowed[i].update({base + p: a for p, a in alw[k].items()})
-            else:
-                ctx = contexts[k]
-                tr.rows.append(Row(ids=ctx + reply_ids, mask=[0] * len(ctx) + [1] * len(reply_ids),
-                                   logprobs=[0.0] * len(ctx) + lp[k],
-                                   allowed={len(ctx) + p: a for p, a in alw[k].items()}))
+            memory[i].add_reply(contexts[k], ids[k], lp[k], alw[k])
             tr.messages.append({"role": "assistant", "content": texts[k]})
             tr.actions.append(actions[k])
             tr.rewards.append(float(r.get("reward", 0.0)))
@@ -341,20 +351,15 @@ def _rollout_chunk(policy, pool, spec, tasks, groups, max_turns, batch_size):
                 tr.done = bool(r.get("done"))
                 continue
             tr.messages.append({"role": "user", "content": r.get("observation", "")})
-            if policy.context_turns == 0 and turn + 1 < max_turns:
-                # The next observation becomes context (mask 0). After the last allowed turn it
-                # is not appended: the sequence ends on the agent's own last token.
-                cut = [] if reply_ids[-1:] and reply_ids[-1] in policy.stop_ids else [policy.end_of_turn]
-                suffix = cut + turn_suffix_ids(policy, r.get("observation", ""))
-                streams[i] += suffix
-                masks[i] += [0] * len(suffix)
-                lps[i] += [0.0] * len(suffix)
+            if turn + 1 < max_turns:
+                # After the last allowed turn the observation is not appended: the sequence
+                # ends on the agent's own last token.
+                memory[i].add_observation(ids[k], r.get("observation", ""))
             still.append(i)
         live = still
 
-    for i, tr in enumerate(trajs):
-        if policy.context_turns == 0 and streams[i] is not None:
-            tr.rows = [Row(ids=streams[i], mask=masks[i], logprobs=lps[i], allowed=allowed[i])]
+    for tr, mem in zip(trajs, memory):
+        tr.rows = mem.rows()
         tr.reward = tr.score / spec.score_scale
         tr.success = tr.reward >= spec.success_at
     return trajs
@@ -366,98 +371,3 @@ def _window(messages: list[dict], k: int) -> list[dict]:
     head = [m for m in messages[:1] if m["role"] == "system"]
     body = messages[len(head):]
     return head + body[-(2 * k - 1):]
-
-
-# ---------------------------------------------------------------------------------------------
-# Batching and the training forward pass
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Batch:
-    input_ids: torch.Tensor  # (B, T) right-padded
-    attention_mask: torch.Tensor  # (B, T)
-    loss_mask: torch.Tensor  # (B, T) 1.0 on agent tokens
-    old_logprobs: torch.Tensor  # (B, T) at sampling time, aligned with input_ids
-    allowed: torch.Tensor | None  # (B, T, V) bool where sampling was masked, else None
-    traj: torch.Tensor  # (B,) index of each row's trajectory
-    turn: torch.Tensor  # (B,) index of the row within its trajectory
-    rewards: torch.Tensor  # (N,) outcome reward per trajectory
-    groups: torch.Tensor  # (N,) group per trajectory
-    ref_logprobs: torch.Tensor | None = None  # (B, T) under the frozen reference model
-    advantages: torch.Tensor | None = None  # (B, T) filled by the algorithm
-    returns: torch.Tensor | None = None  # (B, T) PPO's value targets
-    values: torch.Tensor | None = None  # (B, T) PPO's old values
-
-    def __len__(self):
-        return self.input_ids.shape[0]
-
-    def select(self, rows: torch.Tensor) -> "Batch":
-        """A minibatch of rows (trajectory-level tensors are kept whole)."""
-        pick = lambda x: None if x is None else x[rows]
-        return Batch(self.input_ids[rows], self.attention_mask[rows], self.loss_mask[rows],
-                     self.old_logprobs[rows], pick(self.allowed), self.traj[rows], self.turn[rows],
-                     self.rewards, self.groups, pick(self.ref_logprobs), pick(self.advantages),
-                     pick(self.returns), pick(self.values))
-
-
-def agent_tokens(batch, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(rows, cols) of trajectory n's agent tokens, in the order they were sampled: its rows in
-    turn order, and within a row the loss-mask-1 columns left to right."""
-    rows = (batch.traj == n).nonzero().squeeze(-1)
-    rows = rows[batch.turn[rows].argsort()]
-    b, t = [], []
-    for r in rows.tolist():
-        cols = batch.loss_mask[r].nonzero().squeeze(-1).tolist()
-        b += [r] * len(cols)
-        t += cols
-    return torch.tensor(b, dtype=torch.long), torch.tensor(t, dtype=torch.long)
-
-
-def make_batch(trajs: list[Trajectory], pad_id: int, vocab_size: int) -> Batch:
-    rows = [(n, k, r) for n, tr in enumerate(trajs) for k, r in enumerate(tr.rows)]
-    B, T = len(rows), max(len(r.ids) for _, _, r in rows)
-    ids = torch.full((B, T), pad_id, dtype=torch.long)
-    attn = torch.zeros((B, T), dtype=torch.long)
-    mask = torch.zeros((B, T))
-    lp = torch.zeros((B, T))
-    masked = any(r.allowed for _, _, r in rows)
-    allowed = torch.zeros((B, T, vocab_size), dtype=torch.bool) if masked else None
-    for b, (_, _, r) in enumerate(rows):
-        n = len(r.ids)
-        ids[b, :n] = torch.tensor(r.ids)
-        attn[b, :n] = 1
-        mask[b, :n] = torch.tensor(r.mask, dtype=torch.float)
-        lp[b, :n] = torch.tensor(r.logprobs)
-        if masked:
-            allowed[b, :, :] = True  # unmasked positions allow everything
-            for p, ok in r.allowed.items():
-                allowed[b, p, :] = False
-                allowed[b, p, ok] = True
-    return Batch(
-        input_ids=ids, attention_mask=attn, loss_mask=mask, old_logprobs=lp, allowed=allowed,
-        traj=torch.tensor([n for n, _, _ in rows]), turn=torch.tensor([k for _, k, _ in rows]),
-        rewards=torch.tensor([tr.reward for tr in trajs], dtype=torch.float),
-        groups=torch.tensor([tr.group for tr in trajs]),
-    )
-
-
-def token_logprobs(model, batch: Batch, temperature: float = 1.0, with_entropy: bool = False):
-    """Log-prob of every token given the ones before it, under the same (masked, temperature-
-    scaled) distribution it was sampled from. Position t holds log p(x_t | x_<t); position 0 is 0.
-    Returns (B, T) log-probs and, if asked, (B, T) entropies."""
-    device = next(model.parameters()).device
-    ids, attn = batch.input_ids.to(device), batch.attention_mask.to(device)
-    pos = (attn.cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos).logits[:, :-1].float()
-    logits = logits / temperature  # (B, T-1, V): logits[t] predicts token t+1
-    if batch.allowed is not None:
-        logits = logits.masked_fill(~batch.allowed[:, 1:].to(device), float("-inf"))
-    logp_all = F.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # (B, T-1)
-    logp = F.pad(logp, (1, 0))  # (B, T): align with input_ids
-    if not with_entropy:
-        return logp, None
-    p = logp_all.exp()
-    ent = -(p * logp_all.masked_fill(p == 0, 0.0)).sum(-1)  # (B, T-1); 0*log0 := 0
-    return logp, F.pad(ent, (1, 0))

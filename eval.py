@@ -2,24 +2,47 @@
 
     python eval.py --model runs/default/checkpoint --split test --n-samples 4 --max-turns 20
     python eval.py --model tiny --task-ids 0-99 --out runs/eval_tiny
-    python eval.py --model Qwen/Qwen2.5-7B-Instruct --env babyai --split all-test
+    python eval.py --model Qwen/Qwen2.5-7B-Instruct --env babyai --split all-test --max-new-tokens 512
+
+Flags: `python eval.py --help`; the agent's settings (`--model`, `--temperature`,
+`--max-new-tokens`, `--context-turns`, `--mask-actions`, ...) are train.py's (config.AgentConfig).
 
 Writes <out>/summary.json and every trajectory to <out>/trajectories.jsonl (conversation,
 actions, per-step rewards, outcome). pass@k is the unbiased estimator of Chen et al. (2021):
 1 - C(n-c, k) / C(n, k) per task, averaged, for k = 1, 2, 4, ... up to n samples.
 """
 
-import argparse
 import json
 import math
 import os
 from collections import defaultdict
+from dataclasses import dataclass
 
 import numpy as np
-from tqdm import tqdm
 
-from agent import Policy, load_policy, rollout
+from agent import Policy, rollout
+from config import AgentConfig, load_agent, parse, resolve_device
 from envs import ENVS, EnvPool, EnvSpec, close_pool, open_pool
+
+
+@dataclass
+class EvalConfig(AgentConfig):
+    """Every knob of an evaluation: the agent's (config.AgentConfig) and which tasks, how often."""
+
+    split: str = "test"
+    """a named split of the env (see envs.ENVS)"""
+    task_ids: str = ""
+    """explicit data_idx list/ranges instead of a split, e.g. 0-99,200"""
+    n_samples: int = 1
+    """samples per task (for pass@k)"""
+    max_turns: int = 0
+    """turn limit; 0: the env's default horizon"""
+    limit: int = 0
+    """use only the first N tasks (0: all)"""
+    parallel: int = 64
+    """episodes in flight at once"""
+    out: str = "runs/eval"
+    """output folder: summary.json, trajectories.jsonl"""
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -56,10 +79,7 @@ def evaluate(policy: Policy, pool: EnvPool, spec: EnvSpec, task_ids: list[int], 
              max_turns: int = 20, desc: str = "eval"):
     """Roll out every task n_samples times (sampling at the policy's temperature)."""
     tasks = [t for t in task_ids for _ in range(n_samples)]
-    trajs = []
-    chunk = max(1, len(pool))
-    for s in tqdm(range(0, len(tasks), chunk), desc=desc, leave=False):
-        trajs += rollout(policy, pool, spec, tasks[s:s + chunk], max_turns)
+    trajs = rollout(policy, pool, spec, tasks, max_turns, desc=desc)
     return summarise(trajs, n_samples), trajs
 
 
@@ -82,44 +102,33 @@ def write_trajectories(path: str, trajs) -> None:
             }) + "\n")
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description="Evaluate an agent on an environment's tasks.")
-    p.add_argument("--model", default="tiny", help="tiny, a Hugging Face id, or a path / checkpoint")
-    p.add_argument("--env", default="babyai", choices=sorted(ENVS))
-    p.add_argument("--split", default="test", help="a named split of the env (see envs.ENVS)")
-    p.add_argument("--task-ids", default="", help="explicit data_idx list/ranges, e.g. 0-99,200")
-    p.add_argument("--n-samples", type=int, default=1, help="samples per task (for pass@k)")
-    p.add_argument("--max-turns", type=int, default=0, help="turn limit (0: the env's default)")
-    p.add_argument("--limit", type=int, default=0, help="use only the first N tasks of the split")
-    p.add_argument("--url", default="", help="an already running environment server")
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--mask-actions", default="auto", choices=["auto", "on", "off"])
-    p.add_argument("--parallel", type=int, default=64, help="episodes in flight at once")
-    p.add_argument("--out", default="runs/eval")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
+def describe_tasks(cfg: EvalConfig, n: int) -> str:
+    """A short description of the evaluated tasks, for the summary."""
+    if not cfg.task_ids:
+        return f"split {cfg.split}" + (f", first {n}" if cfg.limit else "") + f" ({n} tasks)"
+    ids = cfg.task_ids if len(cfg.task_ids) <= 40 else cfg.task_ids[:37] + "..."
+    return f"task ids {ids} ({n} tasks)"
 
+
+def main(argv=None):
+    cfg = parse(EvalConfig, argv, description="Evaluate an agent on an environment's tasks.")
     import torch
 
-    torch.manual_seed(args.seed)
-    spec = ENVS[args.env]
-    tasks = parse_task_ids(args.task_ids) if args.task_ids else spec.splits[args.split]
-    tasks = tasks[:args.limit] if args.limit else tasks
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
-    policy = load_policy(args.model, env=args.env, device=device, temperature=args.temperature,
-                         mask_actions={"auto": None, "on": True, "off": False}[args.mask_actions])
-    os.makedirs(args.out, exist_ok=True)
-    pool = open_pool(args.env, size=min(args.parallel, len(tasks) * args.n_samples), url=args.url or None)
+    torch.manual_seed(cfg.seed)
+    spec = ENVS[cfg.env]
+    tasks = parse_task_ids(cfg.task_ids) if cfg.task_ids else spec.splits[cfg.split]
+    tasks = tasks[:cfg.limit] if cfg.limit else tasks
+    policy = load_agent(cfg, resolve_device(cfg.device))
+    os.makedirs(cfg.out, exist_ok=True)
+    pool = open_pool(cfg.env, size=min(cfg.parallel, len(tasks) * cfg.n_samples), url=cfg.url or None)
     try:
-        summary, trajs = evaluate(policy, pool, spec, tasks, args.n_samples,
-                                  args.max_turns or spec.default_horizon)
+        summary, trajs = evaluate(policy, pool, spec, tasks, cfg.n_samples, cfg.max_turns or spec.default_horizon)
     finally:
         close_pool(pool)
-    summary.update(model=args.model, env=args.env, split=args.split if not args.task_ids else args.task_ids)
-    with open(os.path.join(args.out, "summary.json"), "w") as f:
+    summary.update(model=cfg.model, env=cfg.env, tasks=describe_tasks(cfg, len(tasks)))
+    with open(os.path.join(cfg.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
-    write_trajectories(os.path.join(args.out, "trajectories.jsonl"), trajs)
+    write_trajectories(os.path.join(cfg.out, "trajectories.jsonl"), trajs)
     print(json.dumps(summary, indent=2))
     return summary
 

@@ -1,62 +1,62 @@
-"""GRPO for multi-turn agents (Shao et al., 2024, as used by AgentGym-RL), and RLOO beside it.
+"""GRPO for multi-turn agents (Shao et al., 2024, DeepSeekMath, as used by AgentGym-RL), and RLOO
+beside it.
 
 Where it sits: `train.py` rolls out n trajectories per task (a group), calls `advantages()` once
-per batch, then `loss()` on each minibatch with fresh log-probs from `agent.token_logprobs`.
+per batch, then `loss()` on each minibatch with fresh log-probs from `batch.token_logprobs`.
 This file never talks to an environment.
 
-Outcome advantage (paper, section 3): every trajectory i of a group g gets one scalar
+Outcome advantage (DeepSeekMath, section 4.1.2, "outcome supervision"): every trajectory i of a
+group g gets one scalar
 
     A_i = (R_i - mean_{j in g} R_j) / (std_{j in g} R_j + eps)
 
 broadcast to every agent token of every turn of trajectory i; observation and template tokens
-get nothing (loss_mask = 0). RLOO (Ahmadian et al., 2024) differs only in the baseline: the mean
-of the OTHER n-1 rewards of the group, A_i = R_i - mean_{j != i} R_j, no division.
+get nothing (loss_mask = 0). The statistics are taken in float64: a group whose rewards are all
+equal must get A = 0 exactly, and BabyAI's rewards (1 - 0.9 * steps / budget, e.g. 0.925) are not
+exact in float32, whose mean of 8 equal values can be off by 6e-8 and turn, divided by a std of
+6e-8 + eps, into |A| = 0.056 for the whole group. RLOO (Ahmadian et al., 2024) differs only in the
+baseline: the mean of the OTHER n-1 rewards of the group, A_i = R_i - mean_{j != i} R_j.
 
-Loss, averaged over the agent tokens of the minibatch ("token-mean"):
+Loss: GRPO's objective (DeepSeekMath, eq. 3) with the per-token average taken over all agent
+tokens of the minibatch ("token-mean") instead of per sequence: the clipped surrogate (PPO, eq. 7)
+plus the k3 KL to the reference model (DeepSeekMath, eq. 4) as a loss term, and an entropy bonus
+(`algorithm.clipped_policy_loss`):
 
     ratio    = exp(logp - old_logp)
-    pg_loss  = max(-A * ratio, -A * clip(ratio, 1 - eps_clip, 1 + eps_clip))
-    kl       = exp(ref_logp - logp) - (ref_logp - logp) - 1          (the "k3" estimator, >= 0)
+    pg_loss  = max(-A * ratio, -A * clip(ratio, 1 - clip_ratio, 1 + clip_ratio))
+    kl       = exp(ref_logp - logp) - (ref_logp - logp) - 1
     loss     = pg_loss + kl_coef * kl - entropy_coef * entropy
-"""
 
-from dataclasses import dataclass
+Reads cfg.group_std_eps, cfg.clip_ratio, cfg.kl_coef, cfg.entropy_coef (train.Config).
+"""
 
 import torch
 
-
-@dataclass
-class GRPOConfig:
-    clip_ratio: float = 0.2
-    """PPO-style clip range of the policy ratio."""
-    kl_coef: float = 0.001
-    """Weight of the k3 KL to the frozen reference model (a loss term, as in the paper)."""
-    entropy_coef: float = 0.001
-    """Weight of the entropy bonus."""
-    eps: float = 1e-6
-    """Added to the group std."""
+from algorithm import Algorithm, clipped_policy_loss
 
 
 def group_advantages(rewards: torch.Tensor, groups: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """(N,) outcome rewards, (N,) group ids -> (N,) GRPO advantages."""
-    adv = torch.zeros_like(rewards)
+    """(N,) outcome rewards, (N,) group ids -> (N,) GRPO advantages (statistics in float64)."""
+    rewards64 = rewards.double()
+    adv = torch.zeros_like(rewards64)
     for g in groups.unique():
         idx = groups == g
-        r = rewards[idx]
-        std = r.std() if r.numel() > 1 else torch.tensor(0.0)
+        r = rewards64[idx]
+        std = r.std() if r.numel() > 1 else torch.zeros((), dtype=torch.float64)
         adv[idx] = (r - r.mean()) / (std + eps)
-    return adv
+    return adv.to(rewards.dtype)
 
 
 def rloo_advantages(rewards: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
-    """(N,) -> (N,) leave-one-out: R_i minus the mean of the others in its group."""
-    adv = torch.zeros_like(rewards)
+    """(N,) -> (N,) leave-one-out: R_i minus the mean of the others in its group (float64)."""
+    rewards64 = rewards.double()
+    adv = torch.zeros_like(rewards64)
     for g in groups.unique():
         idx = groups == g
-        r, n = rewards[idx], int(idx.sum())
+        r, n = rewards64[idx], int(idx.sum())
         if n > 1:
             adv[idx] = r - (r.sum() - r) / (n - 1)
-    return adv
+    return adv.to(rewards.dtype)
 
 
 def broadcast(traj_adv: torch.Tensor, batch) -> torch.Tensor:
@@ -64,41 +64,18 @@ def broadcast(traj_adv: torch.Tensor, batch) -> torch.Tensor:
     return traj_adv[batch.traj].unsqueeze(-1) * batch.loss_mask  # (B, 1) * (B, T)
 
 
-def advantages(batch, cfg: GRPOConfig = GRPOConfig()) -> None:
-    batch.advantages = broadcast(group_advantages(batch.rewards, batch.groups, cfg.eps), batch)
+def advantages(batch, cfg, state=None) -> None:
+    batch.advantages = broadcast(group_advantages(batch.rewards, batch.groups, cfg.group_std_eps), batch)
 
 
-def rloo_advantages_for(batch, cfg: GRPOConfig = GRPOConfig()) -> None:
+def rloo_advantages_for(batch, cfg, state=None) -> None:
     batch.advantages = broadcast(rloo_advantages(batch.rewards, batch.groups), batch)
 
 
-def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+def loss(logp: torch.Tensor, entropy: torch.Tensor | None, mb, cfg, state=None):
+    """GRPO's loss on minibatch `mb`; logp, entropy: (B, T). Returns (loss, stats)."""
+    return clipped_policy_loss(logp, entropy, mb, mb.advantages, cfg.clip_ratio, cfg.kl_coef, cfg.entropy_coef)
 
 
-def loss(logp: torch.Tensor, entropy: torch.Tensor | None, mb, cfg: GRPOConfig = GRPOConfig()):
-    """Clipped policy loss + k3 KL + entropy bonus over the agent tokens of minibatch `mb`.
-    logp, entropy: (B, T) under the current policy. Returns (loss, stats)."""
-    m = mb.loss_mask.to(logp.device)
-    adv = mb.advantages.to(logp.device)
-    log_ratio = (logp - mb.old_logprobs.to(logp.device)) * m  # 0 off the agent tokens
-    ratio = log_ratio.exp()
-    pg_loss1 = -adv * ratio
-    pg_loss2 = -adv * ratio.clamp(1 - cfg.clip_ratio, 1 + cfg.clip_ratio)
-    pg_loss = masked_mean(torch.max(pg_loss1, pg_loss2), m)
-    total = pg_loss
-    stats = {}
-    if mb.ref_logprobs is not None and cfg.kl_coef:
-        d = (mb.ref_logprobs.to(logp.device) - logp) * m
-        kl = masked_mean(d.exp() - d - 1, m)
-        total = total + cfg.kl_coef * kl
-        stats["losses/kl"] = kl.item()
-    if entropy is not None:
-        ent = masked_mean(entropy, m)
-        total = total - cfg.entropy_coef * ent
-        stats["losses/entropy"] = ent.item()
-    with torch.no_grad():
-        stats["losses/policy_loss"] = pg_loss.item()
-        stats["losses/approx_kl"] = masked_mean((ratio - 1) - log_ratio, m).item()
-        stats["losses/clipfrac"] = masked_mean(((ratio - 1).abs() > cfg.clip_ratio).float(), m).item()
-    return total, stats
+GRPO = Algorithm(advantages=advantages, loss=loss)
+RLOO = Algorithm(advantages=rloo_advantages_for, loss=loss)

@@ -1,10 +1,11 @@
 """PPO for multi-turn agents (Schulman et al., 2017), with GAE (Schulman et al., 2016) over the
 agent's tokens of the whole multi-turn trajectory, as AgentGym-RL runs it through verl.
 
-Where it sits: `train.py` builds a `Critic` once after loading the policy; after each rollout it
-stores the critic's values in `batch.values`, calls `advantages()` once per batch, then `loss()`
-on each minibatch with fresh log-probs (`agent.token_logprobs`) and fresh values (`Critic`).
-This file never talks to an environment.
+Where it sits: `train.py` calls `init()` once after loading the policy: the critic and its
+optimizer are this algorithm's `algorithm.State`. After each rollout `advantages()` stores the
+critic's values in `batch.values` and computes GAE; `loss()` on each minibatch takes fresh
+log-probs (`batch.token_logprobs`) and the critic's fresh values. This file never talks to an
+environment.
 
 The critic is a SEPARATE model: a copy of the initial policy's transformer backbone with a scalar
 head, `Linear(hidden, 1)`, and its own optimizer (verl's and the paper's setup). A value head on
@@ -23,12 +24,17 @@ code put R on the last token of the sequence, an observation token, then multipl
 the agent mask, so R vanished; `tests/test_algorithms.py` would catch that.)
 
     delta_k = r_k + gamma * V_{k+1} - V_k                      (V_n = 0: the episode is over)
-    A_k     = delta_k + gamma * lam * A_{k+1}                  (GAE)
+    A_k     = delta_k + gamma * lam * A_{k+1}                  (GAE: Schulman et al., 2016, eq. 16,
+                                                                A_k = sum_l (gamma lam)^l delta_{k+l})
     G_k     = A_k + V_k                                        (the critic's target)
 
 With gamma = lam = 1 (the paper's defaults) A_k = R - V_k: every agent token of a trajectory is
 credited with its outcome, minus the critic's guess at that point. Loss over the agent tokens of a
-minibatch ("token-mean"), advantages whitened per minibatch (`norm_adv`, as CleanRL):
+minibatch ("token-mean"), advantages whitened per minibatch (`norm_adv`, as CleanRL; in float64,
+so that a minibatch whose advantages are all equal, e.g. equal rewards under the zero critic of
+step 1, gets exactly 0 rather than float32 noise blown up to +-1), the clipped surrogate of
+Schulman et al. (2017), eq. 7, shared with GRPO (`algorithm.clipped_policy_loss`), plus a clipped
+value loss (their eq. 9 adds an unclipped one; the clip is verl's and the baselines'):
 
     ratio    = exp(logp - old_logp)
     pg_loss  = max(-A * ratio, -A * clip(ratio, 1 - clip_ratio, 1 + clip_ratio))
@@ -36,37 +42,19 @@ minibatch ("token-mean"), advantages whitened per minibatch (`norm_adv`, as Clea
     v_loss   = 0.5 * max((V - G)^2, (v_clip - G)^2)
     kl       = exp(ref_logp - logp) - (ref_logp - logp) - 1     (k3, a loss term as in grpo.py)
     loss     = pg_loss + vf_coef * v_loss + kl_coef * kl - entropy_coef * entropy
+
+Reads cfg.gamma, cfg.lam, cfg.norm_adv, cfg.whiten_eps, cfg.vf_coef, cfg.vf_clip, cfg.critic_lr,
+cfg.clip_ratio, cfg.kl_coef, cfg.entropy_coef (train.Config).
 """
 
 import copy
-import os
-from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from agent import agent_tokens
-
-
-@dataclass
-class PPOConfig:
-    clip_ratio: float = 0.2
-    """Clip range of the policy ratio."""
-    kl_coef: float = 0.001
-    """Weight of the k3 KL to the frozen reference model (a loss term, as in GRPO)."""
-    entropy_coef: float = 0.001
-    """Weight of the entropy bonus."""
-    gamma: float = 1.0
-    """Discount per agent token (the paper: 1.0)."""
-    lam: float = 1.0
-    """GAE lambda (the paper: 1.0)."""
-    vf_coef: float = 0.5
-    """Weight of the value loss."""
-    vf_clip: float = 0.5
-    """Clip range of the new values around the old ones (verl's cliprange_value)."""
-    norm_adv: bool = True
-    """Whiten the advantages over each minibatch's agent tokens."""
+from algorithm import Algorithm, State, clipped_policy_loss, masked_mean
+from batch import agent_tokens
 
 
 class Critic(nn.Module):
@@ -92,15 +80,10 @@ class Critic(nn.Module):
         return F.pad(v[:, :-1], (1, 0))  # shift: the state before token t is the prefix x_<t
 
 
-def save_critic(path: str, critic: Critic, optimizer) -> None:
-    torch.save({"critic": critic.state_dict(), "optimizer": optimizer.state_dict()},
-               os.path.join(path, "critic.pt"))
-
-
-def load_critic(path: str, critic: Critic, optimizer) -> None:
-    state = torch.load(os.path.join(path, "critic.pt"), weights_only=False)
-    critic.load_state_dict(state["critic"])
-    optimizer.load_state_dict(state["optimizer"])
+def init(policy_model: nn.Module, cfg, lr: float) -> State:
+    """The critic (from the policy's current backbone) and its own optimizer."""
+    critic = Critic(policy_model)
+    return State("critic", critic, torch.optim.AdamW(critic.parameters(), lr=cfg.critic_lr or lr))
 
 
 def gae(rewards: torch.Tensor, values: torch.Tensor, gamma: float, lam: float):
@@ -116,9 +99,13 @@ def gae(rewards: torch.Tensor, values: torch.Tensor, gamma: float, lam: float):
     return adv, adv + values
 
 
-def advantages(batch, cfg: PPOConfig = PPOConfig()) -> None:
-    """Fill batch.advantages and batch.returns (B, T) from batch.rewards (N,) and batch.values
-    (B, T, the critic's at rollout; None: a zero critic). Zero off the agent tokens."""
+def advantages(batch, cfg, state: State | None = None) -> None:
+    """Fill batch.values (the critic's at rollout: the baseline and the value clip's anchor),
+    batch.advantages and batch.returns (B, T) from batch.rewards (N,). Without a state the values
+    already in batch.values are used (None: a zero critic). Zero off the agent tokens."""
+    if state is not None:
+        with torch.no_grad():
+            batch.values = state.model(batch)
     values = batch.values.float().cpu() if batch.values is not None else torch.zeros_like(batch.loss_mask)
     adv = torch.zeros_like(batch.loss_mask)  # (B, T)
     ret = torch.zeros_like(batch.loss_mask)
@@ -134,51 +121,43 @@ def advantages(batch, cfg: PPOConfig = PPOConfig()) -> None:
     batch.advantages, batch.returns = adv, ret
 
 
-def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+def whiten(adv: torch.Tensor, mask: torch.Tensor, eps: float) -> torch.Tensor:
+    """(B, T) -> (B, T): zero mean, unit std over the agent tokens (statistics in float64, so
+    that equal advantages give exactly 0); 0 off the agent tokens."""
+    a, m = adv.double(), mask.double()
+    mean = masked_mean(a, m)
+    std = masked_mean((a - mean) ** 2, m).sqrt()
+    return ((a - mean) / (std + eps) * m).to(adv.dtype)
 
 
-def loss(logp: torch.Tensor, entropy: torch.Tensor | None, mb, cfg: PPOConfig = PPOConfig(),
-         values: torch.Tensor | None = None):
-    """Clipped policy loss + clipped value loss (when the critic's fresh `values` (B, T) are given)
-    + k3 KL + entropy bonus over the agent tokens of minibatch `mb`. Returns (loss, stats)."""
-    m = mb.loss_mask.to(logp.device)
-    adv = mb.advantages.to(logp.device)
-    if cfg.norm_adv:
-        mean = masked_mean(adv, m)
-        std = masked_mean((adv - mean) ** 2, m).sqrt()
-        adv = (adv - mean) / (std + 1e-8) * m
-    log_ratio = (logp - mb.old_logprobs.to(logp.device)) * m  # 0 off the agent tokens
-    ratio = log_ratio.exp()
-    pg_loss1 = -adv * ratio
-    pg_loss2 = -adv * ratio.clamp(1 - cfg.clip_ratio, 1 + cfg.clip_ratio)
-    pg_loss = masked_mean(torch.max(pg_loss1, pg_loss2), m)
-    total = pg_loss
+def value_loss(values: torch.Tensor, mb, cfg):
+    """Clipped value loss over the agent tokens; values: (B, T) from the critic now.
+    Returns (v_loss, stats)."""
+    old_v, ret = mb.values.to(values.device), mb.returns.to(values.device)
+    mv = mb.loss_mask.to(values.device)
+    v_clipped = old_v + (values - old_v).clamp(-cfg.vf_clip, cfg.vf_clip)
+    v_loss = 0.5 * masked_mean(torch.max((values - ret) ** 2, (v_clipped - ret) ** 2), mv)
     stats = {}
-    if values is not None:
-        old_v, ret = mb.values.to(values.device), mb.returns.to(values.device)
-        mv = mb.loss_mask.to(values.device)
-        v_clipped = old_v + (values - old_v).clamp(-cfg.vf_clip, cfg.vf_clip)
-        v_loss = 0.5 * masked_mean(torch.max((values - ret) ** 2, (v_clipped - ret) ** 2), mv)
-        total = total + cfg.vf_coef * v_loss.to(logp.device)
-        with torch.no_grad():
-            stats["losses/value_loss"] = v_loss.item()
-            stats["losses/vf_clipfrac"] = masked_mean(((values - old_v).abs() > cfg.vf_clip).float(), mv).item()
-            var_ret = masked_mean((ret - masked_mean(ret, mv)) ** 2, mv)
-            err = ret - old_v
-            var_err = masked_mean((err - masked_mean(err, mv)) ** 2, mv)
-            stats["losses/explained_variance"] = (1 - var_err / var_ret).item() if var_ret > 0 else 0.0
-    if mb.ref_logprobs is not None and cfg.kl_coef:
-        d = (mb.ref_logprobs.to(logp.device) - logp) * m
-        kl = masked_mean(d.exp() - d - 1, m)
-        total = total + cfg.kl_coef * kl
-        stats["losses/kl"] = kl.item()
-    if entropy is not None:
-        ent = masked_mean(entropy, m)
-        total = total - cfg.entropy_coef * ent
-        stats["losses/entropy"] = ent.item()
     with torch.no_grad():
-        stats["losses/policy_loss"] = pg_loss.item()
-        stats["losses/approx_kl"] = masked_mean((ratio - 1) - log_ratio, m).item()
-        stats["losses/clipfrac"] = masked_mean(((ratio - 1).abs() > cfg.clip_ratio).float(), m).item()
+        stats["losses/value_loss"] = v_loss.item()
+        stats["losses/vf_clipfrac"] = masked_mean(((values - old_v).abs() > cfg.vf_clip).float(), mv).item()
+        var_ret = masked_mean((ret - masked_mean(ret, mv)) ** 2, mv)
+        err = ret - old_v
+        var_err = masked_mean((err - masked_mean(err, mv)) ** 2, mv)
+        stats["losses/explained_variance"] = (1 - var_err / var_ret).item() if var_ret > 0 else 0.0
+    return v_loss, stats
+
+
+def loss(logp: torch.Tensor, entropy: torch.Tensor | None, mb, cfg, state: State | None = None):
+    """The shared clipped policy loss on (whitened) advantages, plus vf_coef times the clipped
+    value loss of the critic's fresh values (when there is a critic). Returns (loss, stats)."""
+    adv = whiten(mb.advantages, mb.loss_mask, cfg.whiten_eps) if cfg.norm_adv else mb.advantages
+    total, stats = clipped_policy_loss(logp, entropy, mb, adv, cfg.clip_ratio, cfg.kl_coef, cfg.entropy_coef)
+    if state is not None:
+        v_loss, v_stats = value_loss(state.model(mb), mb, cfg)
+        total = total + cfg.vf_coef * v_loss.to(logp.device)
+        stats.update(v_stats)
     return total, stats
+
+
+PPO = Algorithm(advantages=advantages, loss=loss, init=init)

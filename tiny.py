@@ -1,9 +1,12 @@
 """The `tiny` policy: a CPU-sized chat model built here, so that `python train.py` does real RL
 on a laptop with nothing downloaded.
 
-Where it sits: `agent.load_policy("tiny")` calls `build_tiny_policy()` on first use and caches the
-result under ~/.cache/agentgym-rl-mini/tiny-<env>-<version>; after that it loads like any Hugging
-Face model. Three parts:
+Where it sits: `config.load_agent()` calls `load()` here for the name `tiny` or a checkpoint of the
+tiny policy; `load()` builds it with `build_tiny_policy()` on first use, caches it under
+~/.cache/agentgym-rl-mini/tiny-<env>-<version>, and loads it through `agent.load_policy` with the
+tiny policy's own settings (`SETTINGS`: action masking, a one-turn context, 48 new tokens, no
+system instruction) and learning rate (`LR`). This file imports agent.py, never the other way
+round. Three parts:
 
 1. a byte-level BPE tokenizer trained on the text of random play, with ChatML as chat template;
 2. a 2-layer Qwen2 (hidden 128) built from a config: random weights;
@@ -12,12 +15,21 @@ Face model. Three parts:
    policy learns about the task comes from reward.
 """
 
+import json
 import os
 import random
 
 import torch
 
-from agent import CACHE_DIR, Policy, Row, Trajectory, action_trie, chat_ids, make_batch, token_logprobs
+from agent import Policy, Trajectory, action_trie, chat_ids, load_policy
+from batch import Row, make_batch, token_logprobs
+
+CACHE_DIR = os.environ.get("AGENTGYM_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "agentgym-rl-mini"))
+SETTINGS = dict(mask_actions=True, context_turns=1, max_new_tokens=48, use_instruction=False, is_tiny=True)
+"""The tiny policy's `agent.Policy` settings: it needs the action mask to write an action at all,
+and sees only the current observation (flags may override the first three)."""
+LR = 5e-4
+"""Its learning rate (real models: the paper's 1e-6)."""
 
 TINY_VERSION = "v2"
 TINY_SHAPE = dict(hidden_size=128, intermediate_size=512, num_hidden_layers=2,
@@ -28,6 +40,24 @@ CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }
 
 def tiny_policy_path(env: str) -> str:
     return os.path.join(CACHE_DIR, f"tiny-{env}-{TINY_VERSION}")
+
+
+def is_tiny(name: str) -> bool:
+    """`tiny`, or a folder holding a tiny policy (its cached build or a train.py checkpoint)."""
+    config = os.path.join(name, "config.json")
+    return name == "tiny" or (os.path.isfile(config) and bool(json.load(open(config)).get("agentgym_tiny")))
+
+
+def load(name: str, env: str, device: str = "cpu") -> Policy:
+    """The tiny policy for `env` (built and cached on first use) or a checkpoint of it."""
+    from transformers import PreTrainedTokenizerFast
+
+    path = tiny_policy_path(env) if name == "tiny" else name
+    if name == "tiny" and not os.path.exists(os.path.join(path, "config.json")):
+        build_tiny_policy(env, path)
+    # AutoTokenizer would pick Qwen2Tokenizer from the model type, which swaps in Qwen's own
+    # pre-tokenizer and normaliser: the tiny policy's tokenizer.json is loaded exactly as saved.
+    return load_policy(path, device=device, tokenizer_class=PreTrainedTokenizerFast, **SETTINGS)
 
 
 def _random_states(env: str, episodes: int, max_turns: int, seed: int):
@@ -107,9 +137,9 @@ def build_tiny_policy(env: str, path: str, seed: int = 0, warmup_steps: int = 20
     cfg = Qwen2Config(vocab_size=len(tok), max_position_embeddings=1024, tie_word_embeddings=True,
                       eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
                       bos_token_id=tok.eos_token_id, **TINY_SHAPE)
-    cfg.agentgym_tiny = True  # load_policy turns on masking and the one-turn context for it
+    cfg.agentgym_tiny = True  # is_tiny(): a checkpoint of it loads with SETTINGS too
     model = Qwen2ForCausalLM(cfg)
-    policy = Policy(model=model, tokenizer=tok, mask_actions=True, context_turns=1, use_instruction=False)
+    policy = Policy(model=model, tokenizer=tok, **SETTINGS)
 
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     for step in tqdm(range(warmup_steps), desc=f"tiny {env} warm-up (random valid actions)", leave=False):

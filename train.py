@@ -15,10 +15,7 @@ The default run also evaluates the policy on the held-out test split before and 
 and writes both to <out>/summary.json (`eval_before`, `eval_after`, same keys as eval.py).
 """
 
-import argparse
-import ast
 import dataclasses
-import inspect
 import json
 import os
 import random
@@ -33,34 +30,33 @@ from tqdm import tqdm
 import grpo
 import ppo
 import reinforce_pp
-from agent import load_policy, make_batch, rollout, token_logprobs
+import tiny
+from agent import rollout
+from algorithm import load_state, save_state
+from batch import make_batch, token_logprobs
+from config import AgentConfig, load_agent, parse, resolve_device
 from envs import ENVS, close_pool, open_pool
 from eval import evaluate
 from scaling_inter import staged
 
-# Each algorithm: (fill batch.advantages, loss on a minibatch, its config). See each file's docstring.
+# Each algorithm is an `algorithm.Algorithm` (advantages, loss, optional state): see its file.
 ALGOS = {
-    "grpo": (grpo.advantages, grpo.loss, grpo.GRPOConfig),
-    "rloo": (grpo.rloo_advantages_for, grpo.loss, grpo.GRPOConfig),
-    "ppo": (ppo.advantages, ppo.loss, ppo.PPOConfig),
-    "reinforce_pp": (reinforce_pp.advantages, reinforce_pp.loss, reinforce_pp.ReinforcePPConfig),
+    "grpo": grpo.GRPO,
+    "rloo": grpo.RLOO,
+    "ppo": ppo.PPO,
+    "reinforce_pp": reinforce_pp.REINFORCE_PP,
 }
+REAL_MODEL_LR = 1e-6  # the paper's; the tiny policy's is tiny.LR
 
 
 @dataclass
-class Config:
-    env: str = "babyai"
-    """environment name (see envs.ENVS)"""
+class Config(AgentConfig):
+    """Every knob of a training run: the agent's (config.AgentConfig), the loop's, the algorithms'."""
+
     algo: str = "grpo"
-    """algorithm: one of ALGOS"""
-    model: str = "tiny"
-    """`tiny` (built locally) or a Hugging Face causal LM id or path"""
-    url: str = ""
-    """an already running environment server (ours or AgentGym's); empty: start one"""
+    """algorithm: one of ALGOS (grpo, rloo, ppo, reinforce_pp)"""
     steps: int = 50
     """training steps (one rollout batch + update each)"""
-    seed: int = 0
-    """random seed (task sampling, sampling, initialisation)"""
     out: str = "runs/default"
     """output folder: metrics.jsonl, summary.json, checkpoint/, curves.png"""
     rounds: str = "3,5"
@@ -80,29 +76,31 @@ class Config:
     minibatch_size: int = 64
     """trajectories per minibatch"""
     lr: float = 0.0
-    """learning rate; 0: 5e-4 for tiny, 1e-6 for real models (the paper's)"""
-    clip_ratio: float = 0.2
-    """clip range of the policy ratio"""
-    kl_coef: float = 0.001
-    """weight of the k3 KL to the reference model"""
-    entropy_coef: float = 0.001
-    """weight of the entropy bonus"""
-    gamma: float = 1.0
-    """discount per agent token (PPO, REINFORCE++)"""
-    lam: float = 1.0
-    """GAE lambda (PPO)"""
-    critic_lr: float = 0.0
-    """learning rate of PPO's critic; 0: the policy's"""
-    temperature: float = 1.0
-    """sampling temperature at rollout (also used to recompute log-probs)"""
+    """learning rate; 0: tiny.LR (5e-4) for tiny, 1e-6 for real models (the paper's)"""
     max_grad_norm: float = 1.0
-    """gradient clipping"""
-    max_new_tokens: int = 512
-    """per-turn generation limit for real models (tiny uses 48)"""
-    mask_actions: str = "auto"
-    """restrict sampling to the env's available actions: auto (on for tiny), on, off"""
-    context_turns: int = -1
-    """turns of history the agent sees; 0: all; -1: auto (1 for tiny, 0 for real models)"""
+    """gradient clipping (the policy's, and the critic's separately)"""
+    clip_ratio: float = 0.2
+    """all algorithms: clip range eps of the policy ratio (PPO, eq. 7)"""
+    kl_coef: float = 0.001
+    """all algorithms: weight of the KL to the frozen reference model (k3 loss term; REINFORCE++: in the reward); 0: no reference model"""
+    entropy_coef: float = 0.001
+    """all algorithms: weight of the entropy bonus"""
+    group_std_eps: float = 1e-6
+    """grpo: added to the group's reward std"""
+    gamma: float = 1.0
+    """ppo, reinforce_pp: discount per agent token"""
+    lam: float = 1.0
+    """ppo: GAE lambda"""
+    norm_adv: bool = True
+    """ppo: whiten the advantages over each minibatch's agent tokens"""
+    whiten_eps: float = 1e-8
+    """ppo, reinforce_pp: added to the std (ppo) or the variance (reinforce_pp) when whitening"""
+    vf_coef: float = 0.5
+    """ppo: weight of the value loss"""
+    vf_clip: float = 0.5
+    """ppo: clip range of the new values around the old ones (verl's cliprange_value)"""
+    critic_lr: float = 0.0
+    """ppo: learning rate of the critic; 0: the policy's"""
     eval_episodes: int = 200
     """test tasks for eval_before / eval_after (0: skip)"""
     eval_samples: int = 1
@@ -112,30 +110,13 @@ class Config:
     save_every: int = 20
     """checkpoint every N steps (and at the end)"""
     resume: str = ""
-    """checkpoint folder to continue from (model, optimizer, step, RNG)"""
+    """checkpoint folder to continue from (model, optimizer, algorithm state, step, RNG)"""
     mixed_precision: str = "no"
     """Accelerate mixed precision: no, fp16, bf16"""
-    device: str = "auto"
-    """auto (cuda if available), cpu or cuda"""
-
-
-def field_docs(cls) -> dict[str, str]:
-    """The docstring under each dataclass field, for --help."""
-    tree = ast.parse(inspect.getsource(cls))
-    body, docs = tree.body[0].body, {}
-    for a, b in zip(body, body[1:]):
-        if isinstance(a, ast.AnnAssign) and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant):
-            docs[a.target.id] = b.value.value
-    return docs
 
 
 def parse_args(argv=None) -> Config:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    docs = field_docs(Config)
-    for f in dataclasses.fields(Config):
-        p.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default,
-                       help=f"{docs.get(f.name, '')} (default: {f.default})")
-    return Config(**vars(p.parse_args(argv)))
+    return parse(Config, argv, description=__doc__.split("\n")[0])
 
 
 def seed_everything(seed: int):
@@ -159,39 +140,29 @@ def train(cfg: Config) -> dict:
     seed_everything(cfg.seed)
     spec = ENVS[cfg.env]
     schedule = staged([int(h) for h in cfg.rounds.split(",")], cfg.steps_per_stage)
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
+    device = resolve_device(cfg.device)
     accelerator = Accelerator(mixed_precision=cfg.mixed_precision, cpu=device == "cpu")
-    mask = {"auto": None, "on": True, "off": False}[cfg.mask_actions]
-    ctx = None if cfg.context_turns < 0 else cfg.context_turns
-    load = lambda path: load_policy(path, env=cfg.env, device=accelerator.device, mask_actions=mask,
-                                    context_turns=ctx, max_new_tokens=cfg.max_new_tokens,
-                                    temperature=cfg.temperature)
 
-    state = torch.load(os.path.join(cfg.resume, "state.pt"), weights_only=False) if cfg.resume else None
-    ref_path = state["ref_path"] if state else cfg.model
-    policy = load(cfg.resume or cfg.model)
-    ref_model = load(ref_path).model.eval().requires_grad_(False) if cfg.kl_coef else None
-    if ref_path == "tiny":
-        from tiny import tiny_policy_path
-        ref_path = tiny_policy_path(cfg.env)
-    lr = cfg.lr or (5e-4 if policy.is_tiny else 1e-6)
+    saved = torch.load(os.path.join(cfg.resume, "state.pt"), weights_only=False) if cfg.resume else None
+    policy = load_agent(cfg, accelerator.device, model=cfg.resume or None)
+    ref_path = saved["ref_path"] if saved else policy.path  # the run's starting weights
+    ref_model = load_agent(cfg, accelerator.device, model=ref_path).model.eval().requires_grad_(False) \
+        if cfg.kl_coef else None
+    lr = cfg.lr or (tiny.LR if policy.is_tiny else REAL_MODEL_LR)
     optimizer = torch.optim.AdamW(policy.model.parameters(), lr=lr)
     policy.model, optimizer = accelerator.prepare(policy.model, optimizer)
-    critic, critic_opt = None, None
-    if cfg.algo == "ppo":  # a copy of the policy's backbone + value head, its own optimizer (ppo.py)
-        critic = ppo.Critic(accelerator.unwrap_model(policy.model))
-        critic_opt = torch.optim.AdamW(critic.parameters(), lr=cfg.critic_lr or lr)
-        critic, critic_opt = accelerator.prepare(critic, critic_opt)
+    algo = ALGOS[cfg.algo]
+    state = algo.init(accelerator.unwrap_model(policy.model), cfg, lr) if algo.init else None
+    if state is not None:
+        state.model, state.optimizer = accelerator.prepare(state.model, state.optimizer)
+    trained = [(policy.model, optimizer)] + ([(state.model, state.optimizer)] if state else [])
     start = 1
-    if state:
-        optimizer.load_state_dict(state["optimizer"])
-        if critic is not None:
-            ppo.load_critic(cfg.resume, accelerator.unwrap_model(critic), critic_opt)
-        set_rng_state(state["rng"])
-        start = state["step"] + 1
-    algo_advantages, algo_loss, algo_config = ALGOS[cfg.algo]
-    names = {f.name for f in dataclasses.fields(algo_config)}  # its fields take Config's values
-    algo_cfg = algo_config(**{k: v for k, v in dataclasses.asdict(cfg).items() if k in names})
+    if saved:
+        optimizer.load_state_dict(saved["optimizer"])
+        if state is not None:
+            load_state(state, cfg.resume, accelerator.unwrap_model)
+        set_rng_state(saved["rng"])
+        start = saved["step"] + 1
 
     writer = None
     try:
@@ -208,10 +179,10 @@ def train(cfg: Config) -> dict:
                      log_path=os.path.join(cfg.out, "server.log"))
     summary = {"config": dataclasses.asdict(cfg)}
     summary_path = os.path.join(cfg.out, "summary.json")
-    if state and os.path.exists(summary_path):
+    if saved and os.path.exists(summary_path):
         summary = {**json.load(open(summary_path)), "config": dataclasses.asdict(cfg)}
     metrics_path = os.path.join(cfg.out, "metrics.jsonl")
-    if not state and os.path.exists(metrics_path):
+    if not saved and os.path.exists(metrics_path):
         os.remove(metrics_path)
     try:
         if n_eval and start == 1:
@@ -231,10 +202,7 @@ def train(cfg: Config) -> dict:
             if ref_model is not None:
                 with torch.no_grad():
                     batch.ref_logprobs, _ = token_logprobs(ref_model, batch, cfg.temperature)
-            if critic is not None:  # PPO: V(s_t) at rollout time, the baseline and the value clip's anchor
-                with torch.no_grad():
-                    batch.values = critic(batch).cpu()
-            algo_advantages(batch, algo_cfg)
+            algo.advantages(batch, cfg, state)
             policy.model.train()
             stats: dict[str, list] = {}
             for _ in range(cfg.epochs):
@@ -243,18 +211,13 @@ def train(cfg: Config) -> dict:
                     rows = torch.isin(batch.traj, perm[s:s + cfg.minibatch_size]).nonzero().squeeze(-1)
                     mb = batch.select(rows)
                     logp, ent = token_logprobs(policy.model, mb, cfg.temperature, with_entropy=True)
-                    if critic is None:
-                        loss, st = algo_loss(logp, ent, mb, algo_cfg)
-                    else:  # PPO: the critic's fresh values add the clipped value loss
-                        loss, st = ppo.loss(logp, ent, mb, algo_cfg, values=critic(mb))
-                        critic_opt.zero_grad()
-                    optimizer.zero_grad()
+                    loss, st = algo.loss(logp, ent, mb, cfg, state)
+                    for _, opt in trained:
+                        opt.zero_grad()
                     accelerator.backward(loss)
-                    accelerator.clip_grad_norm_(policy.model.parameters(), cfg.max_grad_norm)
-                    optimizer.step()
-                    if critic is not None:
-                        accelerator.clip_grad_norm_(critic.parameters(), cfg.max_grad_norm)
-                        critic_opt.step()
+                    for model, opt in trained:  # the policy, then the algorithm's own model
+                        accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+                        opt.step()
                     st["losses/loss"] = loss.item()
                     for k, v in st.items():
                         stats.setdefault(k, []).append(v)
@@ -277,8 +240,8 @@ def train(cfg: Config) -> dict:
             bar.set_postfix(h=horizon, succ=f"{m['charts/success']:.2f}", turns=f"{m['charts/turns']:.1f}")
             if step % cfg.save_every == 0 or step == cfg.steps:
                 save_checkpoint(cfg, accelerator, policy, optimizer, step, ref_path)
-                if critic is not None:
-                    ppo.save_critic(os.path.join(cfg.out, "checkpoint"), accelerator.unwrap_model(critic), critic_opt)
+                if state is not None:
+                    save_state(state, os.path.join(cfg.out, "checkpoint"), accelerator.unwrap_model)
         if n_eval:
             summary["eval_after"], _ = evaluate(policy, pool, spec, test_tasks, cfg.eval_samples, eval_turns,
                                                     desc="eval after")

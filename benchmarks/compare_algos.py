@@ -15,9 +15,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from train import Config, train  # noqa: E402
-
-ALGOS = ["grpo", "rloo", "ppo", "reinforce_pp"]
+from train import ALGOS, Config, train  # noqa: E402
 
 
 def mean_std(xs: list[float]) -> str:

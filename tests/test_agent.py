@@ -4,9 +4,12 @@ import pytest
 import torch
 
 import grpo
-from agent import load_policy, make_batch, rollout, token_logprobs
-from tiny import build_tiny_policy
+import tiny
+from agent import rollout
+from batch import make_batch, token_logprobs
 from envs import ENVS, EnvPool
+from tiny import build_tiny_policy
+from train import Config
 
 
 @pytest.fixture(scope="module")
@@ -26,8 +29,8 @@ def pool(start_server):
 
 def run(tiny_path, pool, context_turns, mask_actions, max_turns=3, max_new_tokens=48):
     torch.manual_seed(0)
-    policy = load_policy(tiny_path, context_turns=context_turns, mask_actions=mask_actions)
-    policy.max_new_tokens = max_new_tokens
+    policy = tiny.load(tiny_path, "babyai")
+    policy.context_turns, policy.mask_actions, policy.max_new_tokens = context_turns, mask_actions, max_new_tokens
     spec = ENVS["babyai"]
     trajs = rollout(policy, pool, spec, spec.splits["train"][:4] * 2, max_turns=max_turns,
                     groups=[0, 1, 2, 3] * 2)
@@ -67,13 +70,18 @@ def test_free_generation_masks_exactly_the_sampled_tokens(tiny_path, pool):
     """Without action masking, the masked tokens are exactly the sampled ones (up to a stop
     token or max_new_tokens), and a reply cut short gets an untrained end-of-turn token."""
     policy, trajs = run(tiny_path, pool, context_turns=0, mask_actions=False, max_new_tokens=6)
+    cut = 0
     for tr in trajs:
         row = tr.rows[0]
         runs = spans(row.mask)
         assert len(runs) == tr.turns
         for a, b in runs[:-1]:
-            if row.ids[b - 1] not in policy.stop_ids:  # cut at max_new_tokens
+            if row.ids[b - 1] in policy.stop_ids:  # ended by the model: glue follows directly
+                assert b - a <= 6 and row.mask[b] == 0
+            else:  # cut at max_new_tokens
                 assert b - a == 6 and row.ids[b] == policy.end_of_turn and row.mask[b] == 0
+                cut += 1
+    assert cut > 0  # the case above was exercised
 
 
 def test_stored_logprobs_equal_a_fresh_forward_pass(tiny_path, pool):
@@ -103,11 +111,11 @@ def test_observation_tokens_get_no_gradient(tiny_path, pool):
     batch = make_batch(trajs, policy.tokenizer.pad_token_id, policy.model.config.vocab_size)
     with torch.no_grad():
         batch.ref_logprobs, _ = token_logprobs(policy.model, batch)
-    grpo.advantages(batch)
+    grpo.advantages(batch, Config())
     logp, ent = token_logprobs(policy.model, batch, with_entropy=True)
     logp.retain_grad()
     ent.retain_grad()
-    loss, _ = grpo.loss(logp, ent, batch)
+    loss, _ = grpo.loss(logp, ent, batch, Config())
     loss.backward()
     obs = batch.loss_mask == 0
     assert torch.all(logp.grad[obs] == 0) and torch.all(ent.grad[obs] == 0)
@@ -115,17 +123,18 @@ def test_observation_tokens_get_no_gradient(tiny_path, pool):
 
 
 def test_observation_tokens_do_not_change_the_update(tiny_path, pool):
-    """Changing the stored old log-probs of observation tokens leaves the loss unchanged."""
+    """Changing the stored old log-probs of observation tokens leaves the loss unchanged, even to
+    a value whose ratio exp(logp - old) overflows: without the mask the loss would be NaN."""
     policy, trajs = run(tiny_path, pool, context_turns=0, mask_actions=True)
     for i, t in enumerate(trajs):
         t.reward = float(i < 4)
     batch = make_batch(trajs, policy.tokenizer.pad_token_id, policy.model.config.vocab_size)
-    grpo.advantages(batch)
+    grpo.advantages(batch, Config())
     with torch.no_grad():
         logp, _ = token_logprobs(policy.model, batch)
-        a, _ = grpo.loss(logp, None, batch)
-        batch.old_logprobs[batch.loss_mask == 0] = 5.0
-        b, _ = grpo.loss(logp, None, batch)
+        a, _ = grpo.loss(logp, None, batch, Config())
+        batch.old_logprobs[batch.loss_mask == 0] = -1e4
+        b, _ = grpo.loss(logp, None, batch, Config())
     assert a.item() == b.item()
 
 
@@ -134,7 +143,7 @@ def test_unseen_names_round_trip_and_never_share_an_action_leaf(tiny_path):
     with names it never met (TextCraft test items, Deep Search entities) get distinct ids."""
     from agent import action_trie
 
-    policy = load_policy(tiny_path)
+    policy = tiny.load(tiny_path, "babyai")
     tok = policy.tokenizer
     actions = ["craft 1 warped fungus on a stick using 1 fishing rod, 1 warped fungus",
                "craft 1 crimson fungus on a stick using 1 fishing rod, 1 crimson fungus",
@@ -154,6 +163,6 @@ def test_unseen_names_round_trip_and_never_share_an_action_leaf(tiny_path):
 
 def test_babyai_words_are_single_tokens(tiny_path):
     """BPE still merges the closed BabyAI vocabulary into one token a word."""
-    tok = load_policy(tiny_path).tokenizer
+    tok = tiny.load(tiny_path, "babyai").tokenizer
     for action in ["go to blue ball 1", "pickup red key 2", "turn left", "move forward", "toggle"]:
         assert len(tok(action, add_special_tokens=False)["input_ids"]) == len(action.split())

@@ -2,6 +2,7 @@
 each algorithm end to end with the tiny policy on BabyAI."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -9,8 +10,9 @@ import torch
 import grpo
 import ppo
 import reinforce_pp
-from agent import Batch
-from train import Config, train
+from algorithm import State, clipped_policy_loss
+from batch import Batch
+from train import ALGOS, Config, train
 
 O, A = 0, 1  # loss mask: observation/template token, agent token
 
@@ -50,7 +52,7 @@ def test_gae_matches_a_hand_computed_multi_turn_example():
     big = 100.0  # values at observation tokens: must not enter the recursion
     values = [[big, big, big, 0.2, 0.4, big], [big, big, 0.5, big]]
     b = two_turn_batch(values)
-    ppo.advantages(b, ppo.PPOConfig(gamma=0.9, lam=0.8))
+    ppo.advantages(b, Config(gamma=0.9, lam=0.8))
     expect_adv = torch.tensor([[0, 0, 0, 0.592, 0.6, 0], [0, 0, 0.10624, 0, 0, 0]])
     expect_ret = torch.tensor([[0, 0, 0, 0.792, 1.0, 0], [0, 0, 0.60624, 0, 0, 0]])
     torch.testing.assert_close(b.advantages, expect_adv)
@@ -64,7 +66,7 @@ def test_values_at_observation_tokens_do_not_leak_into_the_advantage():
         values = [[agent_v.get((r, c), obs_v) for c in range(6)] for r in range(2)]
         values[1] = values[1][:4]
         b = two_turn_batch(values)
-        ppo.advantages(b, ppo.PPOConfig(gamma=0.9, lam=0.8))
+        ppo.advantages(b, Config(gamma=0.9, lam=0.8))
         out.append((b.advantages, b.returns))
     for adv, ret in out[1:]:
         torch.testing.assert_close(adv, out[0][0])
@@ -77,15 +79,15 @@ def test_with_gamma_lambda_1_and_a_zero_critic_every_agent_token_gets_the_final_
              [O, A, O],  # trajectory 1, turn 1 (ends on an observation token)
              [O, O, O, A]]  # trajectory 2
     b = batch_of(masks, traj=[0, 1, 1, 2], turn=[0, 0, 1, 0], rewards=[1.0, 0.0, 0.5])
-    ppo.advantages(b, ppo.PPOConfig(gamma=1.0, lam=1.0))  # values None: a zero critic
+    ppo.advantages(b, Config(gamma=1.0, lam=1.0))  # values None: a zero critic
     expect = b.rewards[b.traj].unsqueeze(-1) * b.loss_mask
     torch.testing.assert_close(b.advantages, expect)
     torch.testing.assert_close(b.returns, expect)
 
 
 def test_critic_value_at_token_t_sees_only_the_tokens_before_it():
-    from agent import load_policy
-    policy = load_policy("tiny")
+    import tiny
+    policy = tiny.load("tiny", "babyai")
     critic = ppo.Critic(policy.model)
     torch.nn.init.normal_(critic.head.weight)  # a non-zero head, so values differ
     ids = torch.randint(4, policy.model.config.vocab_size, (1, 8))
@@ -101,17 +103,42 @@ def test_critic_value_at_token_t_sees_only_the_tokens_before_it():
     assert torch.all(ppo.Critic(policy.model)(b) == 0)  # the head starts at zero
 
 
+class FixedValues(torch.nn.Module):
+    """A stand-in critic whose values are its parameter (so the test controls them)."""
+
+    def __init__(self, values):
+        super().__init__()
+        self.v = torch.nn.Parameter(values.clone())
+
+    def forward(self, batch):
+        return self.v
+
+
 def test_value_loss_trains_only_agent_token_values_and_reports_diagnostics():
     b = two_turn_batch([[0.1] * 6, [0.3] * 4])
-    ppo.advantages(b)
+    ppo.advantages(b, Config())
     values = torch.zeros_like(b.loss_mask, requires_grad=True)
-    logp = torch.zeros_like(b.loss_mask, requires_grad=True)
-    loss, stats = ppo.loss(logp, None, b, ppo.PPOConfig(), values=values)
-    loss.backward()
-    assert torch.all(values.grad[b.loss_mask == 0] == 0) and torch.any(values.grad[b.loss_mask == 1] != 0)
-    for k in ("losses/policy_loss", "losses/value_loss", "losses/approx_kl", "losses/clipfrac",
-              "losses/explained_variance", "losses/vf_clipfrac"):
-        assert k in stats
+    v_loss, stats = ppo.value_loss(values, b, Config())
+    v_loss.backward()
+    assert torch.all(values.grad[b.loss_mask == 0] == 0) and torch.all(values.grad[b.loss_mask == 1] != 0)
+    # returns G at the agent tokens: 1.0 everywhere (gamma = lam = 1); old V: 0.3, 0.1, 0.1
+    # the new V = 0 is inside the clip range (0.5): v_loss = 0.5 * mean((0 - 1)^2) = 0.5
+    assert abs(v_loss.item() - 0.5) < 1e-6 and stats["losses/vf_clipfrac"] == 0.0
+    assert set(stats) == {"losses/value_loss", "losses/vf_clipfrac", "losses/explained_variance"}
+
+
+def test_ppo_loss_adds_vf_coef_times_the_value_loss_of_its_critic():
+    b = two_turn_batch([[0.1] * 6, [0.3] * 4])
+    ppo.advantages(b, Config())
+    critic = FixedValues(torch.full_like(b.loss_mask, 0.2))
+    state = State("critic", critic, torch.optim.SGD(critic.parameters(), lr=0.1))
+    logp = torch.zeros_like(b.loss_mask)
+    cfg = Config(vf_coef=0.7)
+    with_critic, stats = ppo.loss(logp, None, b, cfg, state)
+    without, _ = ppo.loss(logp, None, b, cfg)
+    v_loss, _ = ppo.value_loss(critic(b), b, cfg)
+    torch.testing.assert_close(with_critic - without, 0.7 * v_loss)
+    assert stats["losses/value_loss"] == v_loss.item()
 
 
 # --- REINFORCE++ ---------------------------------------------------------------------------------
@@ -123,7 +150,7 @@ def test_reinforce_pp_return_to_go_folds_the_kl_into_the_reward():
     old = [[0, 0, 0, -1.2, -0.9, 0], [0, 0, -1.0, 0]]
     ref = [[9, 9, 9, -1.0, -1.0, 9], [9, 9, -1.5, 9]]  # 9 at observation tokens: ignored
     b = two_turn_batch(old=old, ref=ref)
-    reinforce_pp.advantages(b, reinforce_pp.ReinforcePPConfig(kl_coef=0.1, gamma=0.5))
+    reinforce_pp.advantages(b, Config(kl_coef=0.1, gamma=0.5))
     expect = torch.tensor([[0, 0, 0, 0.515, 0.99, 0], [0, 0, 0.2075, 0, 0, 0]])
     torch.testing.assert_close(b.returns, expect)
 
@@ -134,21 +161,67 @@ def test_reinforce_pp_whitening_gives_zero_mean_unit_variance_over_the_batch_age
     old = (-torch.rand(4, 5, generator=g)).tolist()
     ref = (-torch.rand(4, 5, generator=g)).tolist()
     b = batch_of(masks, traj=[0, 1, 1, 2], turn=[0, 0, 1, 0], rewards=[1.0, 0.0, 0.3], old=old, ref=ref)
-    reinforce_pp.advantages(b, reinforce_pp.ReinforcePPConfig(kl_coef=0.05, gamma=0.9))
+    reinforce_pp.advantages(b, Config(kl_coef=0.05, gamma=0.9))
     a = b.advantages[b.loss_mask == 1]
     assert abs(a.mean().item()) < 1e-5
     assert abs(a.var(unbiased=False).item() - 1.0) < 1e-4
     assert torch.all(b.advantages[b.loss_mask == 0] == 0)
 
 
-# --- RLOO ----------------------------------------------------------------------------------------
+# --- equal outcomes give exactly zero advantage (float32 rewards that are not dyadic) -------------
+
+BABYAI_REWARDS = [0.925, 1 - 0.9 * 7 / 64, 0.1, 0.3, 0.7, 0.55]  # 1 - 0.9 * steps / budget, ...
+
+
+@pytest.mark.parametrize("reward", BABYAI_REWARDS)
+def test_grpo_group_of_equal_non_dyadic_rewards_gets_exactly_zero_advantage(reward):
+    """float32 statistics gave |A| = 0.056, one sign for the whole group, for R = 0.925."""
+    adv = grpo.group_advantages(torch.full((8,), reward), torch.zeros(8, dtype=torch.long))
+    assert torch.all(adv == 0), adv
+    adv = grpo.rloo_advantages(torch.full((8,), reward), torch.zeros(8, dtype=torch.long))
+    assert torch.all(adv == 0), adv
+
+
+@pytest.mark.parametrize("reward", BABYAI_REWARDS)
+def test_ppo_minibatch_of_equal_rewards_gets_no_policy_gradient(reward):
+    """Zero critic, gamma = lam = 1: every advantage is R; whitening equal values must give 0,
+    not float32 noise scaled up to +-1."""
+    masks = [[O, A, A, O, A, A], [O, O, A, A, A, A], [O, A, A, A, O, A], [O, O, A, A, A, A]] * 3
+    b = batch_of(masks, traj=list(range(12)), turn=[0] * 12, rewards=[reward] * 12)
+    ppo.advantages(b, Config())
+    logp = torch.zeros_like(b.loss_mask, requires_grad=True)
+    loss, _ = ppo.loss(logp, None, b, Config())
+    loss.backward()
+    assert torch.all(logp.grad == 0), logp.grad.abs().max()
+    assert torch.all(ppo.whiten(b.advantages, b.loss_mask, 1e-8) == 0)
+
+
+@pytest.mark.parametrize("reward", BABYAI_REWARDS)
+def test_reinforce_pp_batch_of_equal_returns_gets_exactly_zero_advantage(reward):
+    masks = [[O, A, A, O, A, A], [O, O, A, A, A, A], [O, A, A, A, O, A]] * 4
+    b = batch_of(masks, traj=list(range(12)), turn=[0] * 12, rewards=[reward] * 12)
+    reinforce_pp.advantages(b, Config(kl_coef=0.0))
+    assert torch.all(b.advantages == 0)
+
+
+# --- GRPO / RLOO ---------------------------------------------------------------------------------
+
+def test_grpo_advantages_have_zero_mean_per_group_and_zero_for_equal_rewards():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.5, 0.5, 0.5, 0.5, 0.2, 0.9, 0.4, 0.1])
+    groups = torch.tensor([0] * 4 + [1] * 4 + [2] * 4)
+    adv = grpo.group_advantages(rewards, groups)
+    for g in range(3):
+        assert abs(adv[groups == g].mean().item()) < 1e-6
+    assert torch.all(adv[groups == 1] == 0)
+    assert adv[0] > 0 > adv[1]  # the terminal reward reaches the advantage
+    torch.testing.assert_close(adv[:4].std(), torch.tensor(1.0), atol=1e-4, rtol=0)
 
 def test_rloo_baseline_for_each_sample_is_the_mean_of_the_others_in_its_group():
     rewards = [1.0, 0.0, 0.0, 0.5, 0.2, 0.9]
     groups = [0, 0, 0, 0, 1, 1]
     masks = [[O, A, A]] * 6
     b = batch_of(masks, traj=list(range(6)), turn=[0] * 6, rewards=rewards, groups=groups)
-    grpo.rloo_advantages_for(b)
+    grpo.rloo_advantages_for(b, Config())
     for i in range(6):
         others = [r for j, r in enumerate(rewards) if j != i and groups[j] == groups[i]]
         expect = rewards[i] - sum(others) / len(others)
@@ -163,12 +236,72 @@ def test_terminal_reward_reaches_the_advantages_even_when_the_sequence_ends_on_a
     then rewards * agent mask, lost R; both trajectories then got advantage 0 everywhere."""
     masks = [[O, A, A, O, A, O, O], [O, A, A, O, A, O, O]]  # full context, ends on observations
     b = batch_of(masks, traj=[0, 1], turn=[0, 0], rewards=[1.0, 0.0], groups=[0, 0])
-    advantages = {"grpo": grpo.advantages, "rloo": grpo.rloo_advantages_for,
-                  "ppo": ppo.advantages, "reinforce_pp": reinforce_pp.advantages}[algo]
-    advantages(b)
+    ALGOS[algo].advantages(b, Config(), None)
     on = b.loss_mask == 1
     assert torch.all(b.advantages[0][on[0]] > b.advantages[1][on[1]])
     assert torch.all(b.advantages[~on] == 0)
+
+
+# --- the shared clipped policy loss --------------------------------------------------------------
+
+def one_token(ratio: float, adv: float, ref: float | None = None):
+    """A one-row batch with a single agent token whose policy ratio is `ratio`."""
+    b = batch_of([[O, A]], traj=[0], turn=[0], rewards=[0.0], old=[[0.0, 0.0]],
+                 ref=[[0.0, ref]] if ref is not None else None)
+    logp = torch.tensor([[0.0, math.log(ratio)]], requires_grad=True)
+    return b, logp, torch.tensor([[0.0, adv]])
+
+
+@pytest.mark.parametrize("ratio,adv,clipped", [
+    (1.5, 1.0, True),  # A > 0, ratio above 1 + eps: no incentive to go further
+    (0.5, -1.0, True),  # A < 0, ratio below 1 - eps: likewise
+    (0.5, 1.0, False),  # A > 0, ratio below 1 - eps: the min keeps the unclipped term
+    (1.5, -1.0, False),  # A < 0, ratio above 1 + eps: likewise
+    (1.1, 1.0, False),  # inside the clip range
+])
+def test_clipped_loss_has_zero_gradient_exactly_where_ppo_eq7_clips(ratio, adv, clipped):
+    b, logp, a = one_token(ratio, adv)
+    loss, stats = clipped_policy_loss(logp, None, b, a, clip_ratio=0.2)
+    loss.backward()
+    g = logp.grad[0, 1].item()
+    if clipped:
+        assert g == 0.0 and stats["losses/clipfrac"] == 1.0
+    else:
+        assert abs(g - (-adv * ratio)) < 1e-6  # d(-A r)/d logp = -A r
+    assert logp.grad[0, 0] == 0  # the observation token
+    torch.testing.assert_close(loss, torch.tensor(max(-adv * ratio, -adv * min(max(ratio, 0.8), 1.2))))
+
+
+def test_k3_kl_value_and_gradient():
+    """k3 = pi_ref/pi - log(pi_ref/pi) - 1: for log(pi_ref/pi) = 0.5, e^0.5 - 1.5 = 0.148721."""
+    b, logp, a = one_token(ratio=1.0, adv=0.0, ref=0.5)
+    loss, stats = clipped_policy_loss(logp, None, b, a, clip_ratio=0.2, kl_coef=1.0)
+    assert abs(stats["losses/kl"] - (math.exp(0.5) - 1.5)) < 1e-6
+    loss.backward()  # d k3 / d logp = 1 - pi_ref/pi = 1 - e^0.5
+    assert abs(logp.grad[0, 1].item() - (1 - math.exp(0.5))) < 1e-6
+    b, logp, a = one_token(ratio=1.0, adv=0.0, ref=0.0)
+    assert clipped_policy_loss(logp, None, b, a, clip_ratio=0.2, kl_coef=1.0)[1]["losses/kl"] == 0.0
+
+
+def test_train_loop_never_names_an_algorithm():
+    """Adding an algorithm is one file and one line in ALGOS: train() has no branch on one."""
+    import inspect
+
+    import train as train_module
+
+    source = inspect.getsource(train_module.train)
+    for name in ("grpo", "rloo", "ppo", "reinforce", "critic"):
+        assert name not in source.lower(), name
+
+
+def test_algorithm_files_never_import_the_environment_client_and_agent_never_imports_tiny():
+    import subprocess
+    import sys
+
+    code = ("import sys, grpo, ppo, reinforce_pp; assert not {'envs', 'agent', 'tiny'} & set(sys.modules); "
+            "import agent; assert 'tiny' not in sys.modules")
+    root = __file__.rsplit("/tests/", 1)[0]
+    subprocess.run([sys.executable, "-c", code], cwd=root, check=True)
 
 
 # --- end to end ----------------------------------------------------------------------------------
@@ -182,15 +315,26 @@ def small(tmp_path, **kw) -> Config:
 
 @pytest.mark.parametrize("algo", ["ppo", "reinforce_pp", "rloo"])
 def test_each_algorithm_trains_end_to_end_on_babyai(tmp_path, algo):
-    train(small(tmp_path, algo=algo))
+    """Two steps update the policy (and PPO's critic), with finite losses and the expected metrics."""
+    from safetensors.torch import load_file
+
+    import tiny
+
+    train(small(tmp_path, algo=algo, rounds="3", group_size=4))
     rows = [json.loads(x) for x in open(tmp_path / "metrics.jsonl")]
     assert [r["step"] for r in rows] == [1, 2]
-    keys = {"losses/loss", "losses/policy_loss", "losses/approx_kl", "losses/clipfrac", "losses/entropy"}
+    keys = {"losses/loss", "losses/policy_loss", "losses/approx_kl", "losses/clipfrac", "losses/entropy", "losses/kl"}
     if algo == "ppo":
-        keys |= {"losses/value_loss", "losses/explained_variance"}
-        assert (tmp_path / "checkpoint" / "critic.pt").exists()
-    assert keys <= set(rows[0])
-    assert all(r["losses/loss"] == r["losses/loss"] for r in rows)  # not NaN
+        keys |= {"losses/value_loss", "losses/explained_variance", "losses/vf_clipfrac"}
+    assert keys <= set(rows[0]) and keys <= set(rows[1])
+    assert all(math.isfinite(r[k]) for r in rows for k in keys)
+    assert all(r["losses/approx_kl"] > 0 for r in rows)  # later minibatches see updated weights
+    start = load_file(tiny.tiny_policy_path("babyai") + "/model.safetensors")
+    end = load_file(str(tmp_path / "checkpoint" / "model.safetensors"))
+    assert any(not torch.equal(start[k], end[k]) for k in end)  # the policy moved
+    if algo == "ppo":
+        critic = torch.load(tmp_path / "checkpoint" / "critic.pt")["model"]
+        assert critic["head.weight"].abs().sum() > 0  # the critic's head left its zero start
 
 
 def test_ppo_resume_restores_the_critic(tmp_path):
@@ -198,10 +342,10 @@ def test_ppo_resume_restores_the_critic(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     train(small(a, algo="ppo", steps=3))
     train(small(b, algo="ppo", steps=2))
-    after_two = torch.load(b / "checkpoint" / "critic.pt")["critic"]
+    after_two = torch.load(b / "checkpoint" / "critic.pt")["model"]
     train(small(b, algo="ppo", steps=3, resume=str(b / "checkpoint")))
-    ca = torch.load(a / "checkpoint" / "critic.pt")["critic"]
-    cb = torch.load(b / "checkpoint" / "critic.pt")["critic"]
+    ca = torch.load(a / "checkpoint" / "critic.pt")["model"]
+    cb = torch.load(b / "checkpoint" / "critic.pt")["model"]
     assert any(not torch.equal(after_two[k], cb[k]) for k in cb)  # the third step trained it
     for k in ca:
         torch.testing.assert_close(ca[k], cb[k])

@@ -71,17 +71,34 @@ def test_pickup_and_door_actions(server):
             picked = True
             break
     assert picked
-    # Doors: OpenDoorLoc (level 14); toggle and go through a closed door moves the agent through it.
-    through = False
-    for seed in range(20):
-        r = c.reset(iid, 40 * seed + 13)
-        doors = [a for a in r["available_actions"] if a.startswith("toggle and go through")]
-        if doors:
-            r = c.step(iid, doors[0])
-            assert "not an available action" not in r["observation"]
-            through = True
-            break
-    assert through
+
+
+def test_toggle_and_go_through_opens_the_door_and_puts_the_agent_past_it():
+    """In-process (to see the grid): after `toggle and go through <door>` the door is open and
+    the agent stands one cell beyond it, facing away from it."""
+    from servers.babyai import BabyAIText
+
+    game, through = BabyAIText(), 0
+    try:
+        for seed in range(40):  # OpenDoorLoc, GoToObjDoor, GoToDoor
+            for level in (13, 10, 9):
+                r = game.reset(40 * seed + level)
+                doors = [a for a in r["available_actions"] if a.startswith("toggle and go through")]
+                if not doors:
+                    continue
+                name = doors[0][len("toggle and go through "):]
+                door = next(o for o in game.visible_objects() if o["name"] == name)
+                assert not door["obj"].is_open
+                r = game.step(doors[0])
+                if r["done"]:  # opening the mission's door ends the episode before the agent moves
+                    continue
+                u = game.env.unwrapped
+                assert u.grid.get(*door["pos"]).is_open
+                assert tuple(int(x) for x in u.agent_pos - u.dir_vec) == door["pos"]
+                through += 1
+    finally:
+        game.close()
+    assert through >= 2
 
 
 def test_unknown_action_gets_a_message_and_nothing_breaks(server):

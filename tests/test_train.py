@@ -1,4 +1,4 @@
-"""The training loop end to end, the horizon schedule, GRPO's advantages, checkpoints."""
+"""The training loop end to end, the horizon schedule, checkpoints, the flags of train.py and eval.py."""
 
 import json
 import os
@@ -7,7 +7,6 @@ import psutil
 import pytest
 import torch
 
-import grpo
 from scaling_inter import Schedule, fixed, staged
 from train import Config, parse_args, train
 
@@ -35,27 +34,6 @@ def test_schedule_rejects_bad_rounds():
     for bad in [(), (5, 5), (8, 5), (0,)]:
         with pytest.raises(ValueError):
             Schedule(bad, 10)
-
-
-# --- GRPO / RLOO ---------------------------------------------------------------------------------
-
-def test_grpo_advantages_have_zero_mean_per_group_and_zero_for_equal_rewards():
-    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.5, 0.5, 0.5, 0.5, 0.2, 0.9, 0.4, 0.1])
-    groups = torch.tensor([0] * 4 + [1] * 4 + [2] * 4)
-    adv = grpo.group_advantages(rewards, groups)
-    for g in range(3):
-        assert abs(adv[groups == g].mean().item()) < 1e-6
-    assert torch.all(adv[groups == 1] == 0)
-    assert adv[0] > 0 > adv[1]  # the terminal reward reaches the advantage
-    torch.testing.assert_close(adv[:4].std(), torch.tensor(1.0), atol=1e-4, rtol=0)
-
-
-def test_rloo_baseline_is_the_mean_of_the_others():
-    rewards = torch.tensor([1.0, 0.0, 0.0, 0.5])
-    adv = grpo.rloo_advantages(rewards, torch.zeros(4, dtype=torch.long))
-    for i in range(4):
-        others = torch.cat([rewards[:i], rewards[i + 1:]]).mean()
-        assert abs(adv[i].item() - (rewards[i] - others).item()) < 1e-6
 
 
 # --- the loop ------------------------------------------------------------------------------------
@@ -108,6 +86,59 @@ def test_cli_flags_cover_the_config():
     cfg = parse_args(["--env", "babyai", "--algo", "grpo", "--steps", "7", "--rounds", "3,6",
                       "--steps-per-stage", "4", "--seed", "3", "--out", "x", "--model", "tiny"])
     assert (cfg.steps, cfg.rounds, cfg.steps_per_stage, cfg.seed) == (7, "3,6", 4, 3)
+    assert parse_args([]) == Config()  # the flags' defaults are the dataclass's
+
+
+def test_every_knob_is_a_documented_flag_of_both_entry_points():
+    import dataclasses
+
+    from config import field_docs
+    from eval import EvalConfig
+
+    for cls in (Config, EvalConfig):
+        docs = field_docs(cls)
+        for f in dataclasses.fields(cls):
+            assert docs.get(f.name), f"{cls.__name__}.{f.name} has no docstring"
+    algo_knobs = {"clip_ratio", "kl_coef", "entropy_coef", "group_std_eps", "gamma", "lam", "norm_adv",
+                  "whiten_eps", "vf_coef", "vf_clip", "critic_lr"}
+    assert algo_knobs <= {f.name for f in dataclasses.fields(Config)}
+    cfg = parse_args(["--vf-coef", "0.25", "--vf-clip", "0.1", "--group-std-eps", "1e-3", "--lam", "0.9"])
+    assert (cfg.vf_coef, cfg.vf_clip, cfg.group_std_eps, cfg.lam) == (0.25, 0.1, 1e-3, 0.9)
+
+
+@pytest.mark.parametrize("text,value", [("false", False), ("False", False), ("0", False), ("off", False),
+                                        ("no", False), ("true", True), ("1", True), ("on", True)])
+def test_booleans_parse_safely(text, value):
+    assert parse_args(["--norm-adv", text]).norm_adv is value
+    assert parse_args(["--mask-actions", text]).mask_actions is value
+
+
+def test_auto_means_the_models_own_default_and_a_bad_bool_is_an_error():
+    assert parse_args(["--mask-actions", "auto", "--context-turns", "auto"]).mask_actions is None
+    assert parse_args(["--context-turns", "0"]).context_turns == 0
+    assert parse_args([]).max_new_tokens is None
+    with pytest.raises(SystemExit):
+        parse_args(["--norm-adv", "maybe"])
+
+
+def test_eval_shares_the_agent_flags():
+    from config import parse
+    from eval import EvalConfig
+
+    cfg = parse(EvalConfig, ["--max-new-tokens", "64", "--context-turns", "2", "--mask-actions", "off",
+                             "--temperature", "0.5", "--n-samples", "3"])
+    assert (cfg.max_new_tokens, cfg.context_turns, cfg.mask_actions, cfg.temperature, cfg.n_samples) == \
+        (64, 2, False, 0.5, 3)
+
+
+def test_flags_override_the_tiny_policys_defaults():
+    from config import AgentConfig, load_agent
+
+    default = load_agent(AgentConfig(), "cpu")
+    assert (default.mask_actions, default.context_turns, default.max_new_tokens) == (True, 1, 48)
+    assert default.is_tiny and default.path.endswith("tiny-babyai-v2")
+    custom = load_agent(AgentConfig(mask_actions=False, context_turns=0, max_new_tokens=7, temperature=0.5), "cpu")
+    assert (custom.mask_actions, custom.context_turns, custom.max_new_tokens, custom.temperature) == (False, 0, 7, 0.5)
 
 
 def test_eval_writes_summary_and_every_trajectory(tmp_path):
@@ -117,6 +148,7 @@ def test_eval_writes_summary_and_every_trajectory(tmp_path):
     summary = evaluation.main(["--model", "tiny", "--task-ids", "1,41,81-82", "--n-samples", "2",
                                "--max-turns", "3", "--out", str(out)])
     assert summary["n_tasks"] == 4 and summary["n_episodes"] == 8
+    assert summary["tasks"] == "task ids 1,41,81-82 (4 tasks)"
     assert set(summary["pass_at_k"]) == {"1", "2"}
     assert summary["pass_at_k"]["2"] >= summary["pass_at_k"]["1"]
     lines = [json.loads(x) for x in open(out / "trajectories.jsonl")]
