@@ -46,8 +46,9 @@ def small(tmp_path, **kw) -> Config:
 
 
 def servers_running() -> set[int]:
-    return {p.pid for p in psutil.process_iter(["cmdline"])
-            if "servers.babyai" in " ".join(p.info["cmdline"] or [])}
+    """This test process's own BabyAI server subprocesses (others on the machine are not ours)."""
+    return {p.pid for p in psutil.Process().children(recursive=True)
+            if "servers.babyai" in " ".join(p.cmdline())}
 
 
 def test_a_short_training_run_completes_and_leaves_no_server(tmp_path):
