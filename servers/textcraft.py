@@ -13,7 +13,10 @@ plain item (`oak logs`). An item's depth is the fewest crafting levels down to i
 be got: `stick` (from planks from logs) is depth 2.
 
 Task ids follow AgentGym: `data_idx` indexes the craftable items of depth >= 1 sorted by depth
-(ties by name here, so that the order never depends on the file system), modulo their number;
+(ties by name here, so that the order never depends on the file system: AgentGym's follows
+`os.listdir`, so its data_idx may name another goal), modulo their number; `data_idx` may also be a
+goal's item name (`"dark oak sign"`), the way to reuse a task list from another install
+(`python -m servers.textcraft --goals` prints the list);
 the category of a task is its depth ("depth 1" .. "depth 4"), so results can be reported per depth
 as in the paper's table. The observation is
 
