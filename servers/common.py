@@ -11,17 +11,13 @@ and calls `build_app(title, make_env, ...)` to serve it. Every server speaks two
 same port: this project's, and AgentGym's, field for field as AgentGym's client classes
 (`agentenv/envs/<env>.py`) send them:
 
-    call                 this project            AgentGym (BabyAI, TextCraft,   AgentGym (Deep Search,
-                                                 SciWorld)                      WebArena)
-    POST /create         {} -> {"id"}            same (TextCraft: minecraft_dir, Deep Search {"id": 0} -> a bare int;
-                                                 commands, goal; reads          WebArena no body -> {"env_idx"}
-                                                 "observation" too)
-    POST /reset          {id, data_idx}          {id, data_idx}                 {env_idx, id: the TASK} (Deep Search),
-                                                                                {env_idx, seed, idx} (WebArena)
-    POST /step           {id, action}            {id, action}                   {env_idx, action}; WebArena reads
-                                                                                `terminated`
-    GET  /observation    ?id=N                   (not called)                   ?env_idx=N
-    POST /close          {id}                    {id}                           {env_idx}
+    this project           /create {} -> {"id"}; then {id, data_idx}, {id, action}, ?id=N, {id}
+    AgentGym's BabyAI,     the same (/create without a body); TextCraft's /create sends
+      SciWorld, TextCraft  {minecraft_dir, commands, goal} and reads `observation` from the answer
+    AgentGym's Deep Search /create {"id": 0} -> a bare int; from then on `env_idx` names the
+                           instance, and at /reset `id` names the task: {env_idx, id}; ?env_idx=N
+    AgentGym's WebArena    /create (no body) -> {"env_idx"}; /reset {env_idx, seed, idx}; reads
+                           `terminated` from /step; ?env_idx=N
 
 One rule reads both: `env_idx`, when present, names the instance, else `id` does; the task is
 `data_idx`, else WebArena's `idx` (a config name, passed on as a string), else, when `env_idx`

