@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import tests.agentgym_standins as standins
-from agent import load_policy, rollout
+import tiny
+from agent import rollout
 from envs import ENVS, EnvPool, babyai_actions, textcraft_actions
-from tiny import build_tiny_policy
 
 CHECK = "check available actions"  # what masking falls back to when no actions are known
 
@@ -18,8 +18,10 @@ CHECK = "check available actions"  # what masking falls back to when no actions 
 def policy(tmp_path_factory):
     """A tiny policy (format warm-up only); its byte-level tokenizer encodes any action text."""
     path = str(tmp_path_factory.mktemp("tiny"))
-    build_tiny_policy("babyai", path, warmup_steps=5, episodes=40)
-    return load_policy(path, mask_actions=True, context_turns=1, max_new_tokens=48)
+    tiny.build_tiny_policy("babyai", path, warmup_steps=5, episodes=40)
+    policy = tiny.load(path, "babyai")
+    policy.mask_actions, policy.context_turns, policy.max_new_tokens = True, 1, 48
+    return policy
 
 
 def run(policy, served, env, tasks, max_turns):
