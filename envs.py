@@ -8,7 +8,10 @@ environment code never blocks or crashes the learner.
     EnvServer   start `python -m servers.<env>` on a free loopback port, wait until it answers,
                 stop it at exit (also on Ctrl-C, SIGTERM or an exception; the child also dies
                 with its parent), restart it if it crashed.
-    EnvClient   the protocol (/create /reset /step /observation /close) with timeouts.
+    EnvClient   the protocol (/create /reset /step /observation /close) with timeouts, in the
+                dialect of AgentGym's client for the environment (every server here accepts it),
+                and every answer read into one shape: AgentGym's answers lack `available_actions`,
+                so they are read from the observation text where it lists them.
     EnvPool     many instances stepped concurrently: one HTTP round trip per live episode per
                 turn, all in flight at once on a thread pool.
     ENVS        per environment: its server module, named task splits (train and test never
@@ -17,6 +20,8 @@ environment code never blocks or crashes the learner.
 
 import atexit
 import ctypes
+import itertools
+import json
 import os
 import re
 import signal
@@ -56,6 +61,57 @@ def whole_reply(reply: str) -> str:
     return reply
 
 
+def babyai_actions(observation: str, episode_actions: list[str] | None) -> list[str] | None:
+    """BabyAI's observation lists the available actions: AgentGym's server as the last line,
+    `Available actions: ["turn left", "go to red ball 1", ...]`, this project's as
+    `Available actions: turn left, go to red ball 1, ....`"""
+    lines = [ln for ln in observation.splitlines() if ln.startswith("Available actions:")]
+    if not lines:
+        return None
+    listed = lines[-1].split(":", 1)[1].strip()
+    if listed.startswith("["):
+        try:
+            return [str(a) for a in json.loads(listed)]
+        except ValueError:
+            listed = listed.strip("[]").replace('"', "")
+    return [a.strip() for a in listed.rstrip(".").split(",") if a.strip()]
+
+
+CRAFT_COMMAND = re.compile(r"craft (\d+) (.+?) using (.+)")
+AMOUNT = re.compile(r"(\d+) (.+)")
+
+
+def textcraft_actions(observation: str, episode_actions: list[str] | None) -> list[str] | None:
+    """TextCraft's crafting commands (the first observation; later ones such as `Got 2 bamboo.` do
+    not repeat them, so the episode keeps its list) define what can be done: `get N x` for every
+    ingredient no shown command makes, at each amount a command asks; every shown command with a
+    kind (`planks`) filled by each shown item of that kind (`oak planks`, at most 3); `inventory`."""
+    if "Crafting commands:" not in observation:
+        return episode_actions
+    block = observation.split("Crafting commands:", 1)[1].split("Goal:", 1)[0]
+    recipes = []  # (count made, item, [(amount, ingredient)])
+    for line in block.splitlines():
+        m = CRAFT_COMMAND.fullmatch(line.strip())
+        parts = [AMOUNT.fullmatch(p.strip()) for p in m.group(3).split(",")] if m else []
+        if m and all(parts):
+            recipes.append((m.group(1), m.group(2), [(p.group(1), p.group(2)) for p in parts]))
+    made = [item for _, item, _ in recipes]
+    gets, crafts = {}, {}  # dicts as ordered sets
+    for count, item, inputs in recipes:
+        choices = []
+        for n, x in inputs:
+            kind = [y for y in made if y.endswith(" " + x)][:3]
+            if x in made or not kind:
+                choices.append([(n, x)])
+                if x not in made:
+                    gets[f"get {n} {x}"] = None
+            else:
+                choices.append([(n, y) for y in kind])
+        for combo in itertools.product(*choices):
+            crafts[f"craft {count} {item} using " + ", ".join(f"{n} {x}" for n, x in combo)] = None
+    return list(gets) + list(crafts) + ["inventory"]
+
+
 @dataclass
 class EnvSpec:
     name: str
@@ -66,7 +122,14 @@ class EnvSpec:
     score_scale: float = 1.0  # outcome reward = final `score` / score_scale
     success_at: float = 1.0  # an episode succeeded when its outcome reward >= this
     default_horizon: int = 20  # eval's max turns when none is given
+    # How AgentGym's client for this environment shapes its requests (servers here accept it too):
+    instance_key: str = "id"  # the instance's name in bodies and queries: `id`, or `env_idx`
+    task_key: str = "data_idx"  # the task's name at /reset: `data_idx`, `id` or `idx`
+    reset_extra: dict = field(default_factory=dict)  # more of the /reset body (WebArena's seed)
     extra_create: dict = field(default_factory=dict)  # body of POST /create
+    # The available actions read from the observation text, for servers that send no
+    # `available_actions` (AgentGym's): (observation, the episode's list so far) -> list or None.
+    actions_from_text: Callable[[str, list[str] | None], list[str] | None] | None = None
 
 
 def babyai_tasks(levels: list[int], seeds: range) -> list[int]:
@@ -94,6 +157,7 @@ ENVS: dict[str, EnvSpec] = {
             "the available actions, as `Action: <action>`."
         ),
         parse_action=babyai_action,
+        actions_from_text=babyai_actions,
         success_at=1e-6,  # BabyAI rewards success with 1 - 0.9 * steps / budget > 0
         default_horizon=20,
     ),
@@ -120,6 +184,11 @@ ENVS: dict[str, EnvSpec] = {
         parse_action=whole_reply,  # the server reads the tags
         success_at=1.0,
         default_horizon=10,
+        # AgentGym's Deep Search client: /create {"id": 0} answers the bare instance, which is
+        # `env_idx` from then on, and at /reset `id` names the question.
+        instance_key="env_idx",
+        task_key="id",
+        extra_create={"id": 0},
     ),
     "textcraft": EnvSpec(
         name="textcraft",
@@ -142,6 +211,7 @@ ENVS: dict[str, EnvSpec] = {
             "your inventory."
         ),
         parse_action=action_after_last_tag,
+        actions_from_text=textcraft_actions,
         success_at=1.0,
         default_horizon=30,
     ),
@@ -213,6 +283,11 @@ ENVS: dict[str, EnvSpec] = {
         parse_action=whole_reply,  # the server reads the first fenced block
         success_at=1.0,
         default_horizon=15,
+        # AgentGym's WebArena client: the instance is `env_idx`, /reset takes {env_idx, seed, idx}
+        # (`idx` names the config file idx.json: the same task as data_idx for ids 0..n-1).
+        instance_key="env_idx",
+        task_key="idx",
+        reset_extra={"seed": 0},
     ),
 }
 
@@ -313,15 +388,40 @@ class EnvServer:
 # ---------------------------------------------------------------------------------------------
 
 
+def read_answer(answer, spec: "EnvSpec | None", episode_actions: list[str] | None,
+                at_reset: bool = False) -> dict:
+    """An answer of either dialect in the one shape the agent reads: a dict with `observation`,
+    `reward`, `done` and, where they can be known, `available_actions`.
+
+    AgentGym's Deep Search server answers /reset with the observation string alone; its WebArena
+    server says `terminated` for `done`; its SciWorld server sends `task_description` beside the
+    first `observation`, which its client joins with a newline; none sends `available_actions`,
+    which `spec.actions_from_text` then reads from the observation text."""
+    out = {"observation": answer, "reward": 0.0, "done": False} if isinstance(answer, str) else dict(answer)
+    if "done" not in out and "terminated" in out:
+        out["done"] = bool(out["terminated"])
+    if at_reset and out.get("task_description"):
+        out["observation"] = f"{out['task_description']}\n{out['observation']}"
+    if "available_actions" not in out and spec is not None and spec.actions_from_text is not None:
+        found = spec.actions_from_text(str(out.get("observation", "")), episode_actions)
+        if found:
+            out["available_actions"] = found
+    return out
+
+
 class EnvClient:
-    """The AgentGym protocol for one server. Sends the instance as both `id` and `env_idx`, so it
-    drives AgentGym's servers (which use either name) as well as ours."""
+    """The protocol for one instance slot on one server, in the dialect of AgentGym's client for
+    `spec`'s environment (`id` + `data_idx` for BabyAI, TextCraft, SciWorld; `env_idx` for Deep
+    Search and WebArena), which AgentGym's servers and every server here understand. Without a
+    spec: `id` + `data_idx`."""
 
-    def __init__(self, url: str, timeout: float = 60.0):
-        self.url, self.timeout = url.rstrip("/"), timeout
+    def __init__(self, url: str, timeout: float = 60.0, spec: "EnvSpec | None" = None):
+        self.url, self.timeout, self.spec = url.rstrip("/"), timeout, spec
+        self.key = spec.instance_key if spec else "id"
         self.session = requests.Session()
+        self.episode_actions: list[str] | None = None  # kept across an episode's answers
 
-    def _post(self, path: str, body: dict) -> dict:
+    def _post(self, path: str, body: dict):
         r = self.session.post(self.url + path, json=body, timeout=self.timeout)
         if r.status_code >= 400:
             raise RuntimeError(f"POST {path} -> {r.status_code}: {r.text[:500]}")
@@ -330,25 +430,32 @@ class EnvClient:
             raise RuntimeError(f"POST {path}: {out['error']}")  # AgentGym servers answer 200 + error
         return out
 
+    def _read(self, answer, at_reset: bool = False) -> dict:
+        out = read_answer(answer, self.spec, self.episode_actions, at_reset)
+        self.episode_actions = out.get("available_actions")
+        return out
+
     def create(self, **body) -> int:
         out = self._post("/create", body)
-        return out if isinstance(out, int) else out.get("id", out.get("env_idx"))
+        return out if isinstance(out, int) else out.get("id", out.get("env_idx"))  # bare: Deep Search
 
     def reset(self, iid: int, data_idx: int) -> dict:
-        return self._post("/reset", {"id": iid, "env_idx": iid, "data_idx": data_idx})
+        task_key = self.spec.task_key if self.spec else "data_idx"
+        extra = self.spec.reset_extra if self.spec else {}
+        self.episode_actions = None
+        return self._read(self._post("/reset", {self.key: iid, task_key: data_idx, **extra}), at_reset=True)
 
     def step(self, iid: int, action: str) -> dict:
-        return self._post("/step", {"id": iid, "env_idx": iid, "action": action})
+        return self._read(self._post("/step", {self.key: iid, "action": action}))
 
     def observation(self, iid: int):
-        r = self.session.get(self.url + "/observation", params={"id": iid, "env_idx": iid},
-                             timeout=self.timeout)
+        r = self.session.get(self.url + "/observation", params={self.key: iid}, timeout=self.timeout)
         r.raise_for_status()
         return r.json()
 
     def close(self, iid: int) -> None:
         try:
-            self._post("/close", {"id": iid, "env_idx": iid})
+            self._post("/close", {self.key: iid})
         except (requests.RequestException, RuntimeError):
             pass  # closing is best effort: the server may already be gone
 
@@ -362,11 +469,11 @@ class EnvPool:
     """
 
     def __init__(self, url: str | None = None, size: int = 1, server: EnvServer | None = None,
-                 timeout: float = 60.0, create_body: dict | None = None):
+                 timeout: float = 60.0, spec: EnvSpec | None = None):
         self.server = server
         self.url = url or server.url
-        self.timeout, self.create_body = timeout, create_body or {}
-        self.clients = [EnvClient(self.url, timeout) for _ in range(size)]  # one session each
+        self.timeout, self.create_body = timeout, dict(spec.extra_create) if spec else {}
+        self.clients = [EnvClient(self.url, timeout, spec) for _ in range(size)]  # one session each
         self.ids: list[int | None] = [None] * size
         self.executor = ThreadPoolExecutor(max_workers=min(64, max(1, size)))
 
@@ -411,9 +518,9 @@ def open_pool(env: str, size: int, url: str | None = None, log_path: str | None 
     """A pool for `env`: on the server at `url` if given, else on a fresh local server process."""
     spec = ENVS[env]
     if url:
-        return EnvPool(url=url, size=size, create_body=spec.extra_create)
+        return EnvPool(url=url, size=size, spec=spec)
     server = EnvServer(spec.module, log_path=log_path).start()
-    return EnvPool(server=server, size=size, create_body=spec.extra_create)
+    return EnvPool(server=server, size=size, spec=spec)
 
 
 def close_pool(pool: EnvPool) -> None:

@@ -73,7 +73,7 @@ def main():
 
         def episode(qs):
             s = requests.Session()
-            iid = s.post(url + "/create", json={}).json()["id"]
+            iid = s.post(url + "/create", json={}).json()  # Deep Search: the bare instance number
             s.post(url + "/reset", json={"id": iid, "data_idx": 0})
             out = []
             for q in qs:

@@ -1,25 +1,33 @@
-"""Shared plumbing of every environment server: instance table, errors, endpoints, launcher.
+"""Shared plumbing of every environment server: instance table, errors, endpoints, both dialects.
 
 Each `servers/<env>.py` defines one environment class with four methods
 
-    reset(data_idx: int) -> dict        # {"observation": str, "reward": float, "done": bool, ...}
+    reset(data_idx: int | str) -> dict  # {"observation": str, "reward": float, "done": bool, ...}
     step(action: str) -> dict           # same keys
     observation() -> str
     close() -> None
 
-and calls `build_app(title, make_env)` to serve it with the AgentGym protocol (see README):
+and calls `build_app(title, make_env, ...)` to serve it. Every server speaks two dialects on the
+same port: this project's, and AgentGym's, field for field as AgentGym's client classes
+(`agentenv/envs/<env>.py`) send them:
 
-    GET  /                      -> a short text naming the environment
-    POST /create  {}            -> {"id": int}
-    POST /reset   {id, data_idx} -> the env's reset() answer
-    POST /step    {id, action}  -> the env's step() answer
-    GET  /observation?id=N      -> the current observation
-    POST /close   {id}          -> {"closed": id}
+    this project           /create {} -> {"id"}; then {id, data_idx}, {id, action}, ?id=N, {id}
+    AgentGym's BabyAI,     the same (/create without a body); TextCraft's /create sends
+      SciWorld, TextCraft  {minecraft_dir, commands, goal} and reads `observation` from the answer
+    AgentGym's Deep Search /create {"id": 0} -> a bare int; from then on `env_idx` names the
+                           instance, and at /reset `id` names the task: {env_idx, id}; ?env_idx=N
+    AgentGym's WebArena    /create (no body) -> {"env_idx"}; /reset {env_idx, seed, idx}; reads
+                           `terminated` from /step; ?env_idx=N
 
-Some AgentGym servers name the instance `env_idx` instead of `id` (and WebArena's reset names the
-task `idx`); both spellings are accepted everywhere. Errors are JSON: an unknown id is a 404, a
-malformed body a 422 (FastAPI's validation), a bad value a 400, an environment that raised a 500;
-the server itself keeps serving. A server never imports torch.
+One rule reads both: `env_idx`, when present, names the instance, else `id` does; the task is
+`data_idx`, else WebArena's `idx` (a config name, passed on as a string), else, when `env_idx`
+named the instance, `id` (Deep Search's task), else 0. Answers satisfy both: /create answers
+`{"id", "env_idx", "observation"}` (or the bare int, where AgentGym's client needs one), /step and
+/reset answers carry `done` and its WebArena name `terminated`.
+
+Errors are JSON: an unknown id is a 404, a malformed body a 422 (FastAPI's validation, or a key
+/create does not take), a bad value a 400, an environment that raised a 500; the server itself keeps
+serving. A server never imports torch.
 """
 
 import argparse
@@ -46,48 +54,54 @@ class EnvError(Exception):
 
 
 # ---------------------------------------------------------------------------------------------
-# Request bodies. `id` and `env_idx` are the same thing; so are `data_idx` and `idx`.
+# Request bodies of both dialects (see the table above).
 # ---------------------------------------------------------------------------------------------
 
 
-class _WithId(BaseModel):
+class _WithInstance(BaseModel):
     model_config = ConfigDict(extra="allow")  # AgentGym clients may send extra keys
     id: int | None = None
     env_idx: int | None = None
 
     @model_validator(mode="after")
-    def _one_id(self):
-        if self.id is None:
-            self.id = self.env_idx
-        if self.id is None:
+    def _needs_instance(self):
+        if self.id is None and self.env_idx is None:
             raise ValueError("the body needs the instance id as `id` (or `env_idx`)")
         return self
 
-
-class ResetBody(_WithId):
-    data_idx: int | None = None
-    idx: int | str | None = None  # WebArena's name for the task
-    seed: int | None = None
-
-    @model_validator(mode="after")
-    def _one_task(self):
-        if self.data_idx is None and isinstance(self.idx, int):
-            self.data_idx = self.idx
-        if self.data_idx is None and self.idx is None:
-            self.data_idx = 0
-        return self
+    @property
+    def instance(self) -> int:
+        """`env_idx` when given (AgentGym's Deep Search and WebArena), else `id`."""
+        return self.env_idx if self.env_idx is not None else self.id
 
 
-class StepBody(_WithId):
+class ResetBody(_WithInstance):
+    data_idx: int | str | None = None  # a string names a task (a TextCraft item)
+    idx: int | str | None = None  # WebArena's: the task's config file, `idx`.json
+    seed: int | None = None  # WebArena's; accepted, unused (a task's start is fixed)
+
+    @property
+    def task(self) -> int | str:
+        if self.data_idx is not None:
+            d = self.data_idx
+            return int(d) if isinstance(d, str) and d.isdigit() else d
+        if self.idx is not None:
+            return str(self.idx)  # AgentGym opens config_files/{idx}.json: a name, not a position
+        if self.env_idx is not None and self.id is not None:
+            return self.id  # AgentGym's Deep Search: `env_idx` is the instance, `id` the task
+        return 0
+
+
+class StepBody(_WithInstance):
     action: str
 
 
-class CloseBody(_WithId):
+class CloseBody(_WithInstance):
     pass
 
 
 class CreateBody(BaseModel):
-    model_config = ConfigDict(extra="allow")  # e.g. TextCraft's `commands`, `goal`
+    model_config = ConfigDict(extra="allow")  # checked against the server's own list in /create
 
 
 # ---------------------------------------------------------------------------------------------
@@ -137,9 +151,27 @@ class InstanceTable:
                 log.exception("closing instance %s", i)
 
 
-def build_app(title: str, make_env: Callable[..., object]) -> FastAPI:
-    """The AgentGym endpoints over a table of `make_env()` instances. Returns the FastAPI app;
-    a server file may add its own endpoints to it (e.g. SciWorld's /action_hint)."""
+def both_dialects(answer):
+    """A /reset or /step answer that AgentGym's clients also read: `terminated` is WebArena's name
+    for `done` (its client ends the episode on it, and only then takes `reward`)."""
+    if isinstance(answer, dict) and "done" in answer:
+        answer.setdefault("terminated", answer["done"])
+    return answer
+
+
+def build_app(title: str, make_env: Callable[..., object], create_keys: tuple[str, ...] = (),
+              ignored_create_keys: tuple[str, ...] = (), bare_create_id: bool = False) -> FastAPI:
+    """The endpoints of both dialects over a table of `make_env(**kwargs)` instances.
+
+    create_keys          /create body keys passed on to `make_env` (TextCraft's `commands`, `goal`)
+    ignored_create_keys  /create body keys that AgentGym's client sends and this server does not
+                         need (TextCraft's `minecraft_dir`, Deep Search's `id`): accepted, dropped;
+                         any other key is a 422
+    bare_create_id       /create answers the bare instance number (AgentGym's Deep Search client
+                         uses the whole answer as the instance), not `{"id", "env_idx", ...}`
+
+    Returns the FastAPI app; a server file may add its own endpoints (e.g. SciWorld's /action_hint).
+    """
     table = InstanceTable(make_env)
 
     @contextlib.asynccontextmanager
@@ -165,26 +197,36 @@ def build_app(title: str, make_env: Callable[..., object]) -> FastAPI:
 
     @app.post("/create")
     def create(body: CreateBody | None = None):
-        extra = dict(body.model_extra or {}) if body is not None else {}
-        return {"id": table.create(**extra)}
+        given = dict(body.model_extra or {}) if body is not None else {}
+        unknown = sorted(set(given) - set(create_keys) - set(ignored_create_keys))
+        if unknown:
+            raise EnvError(f"/create takes {sorted(create_keys + ignored_create_keys) or 'no keys'}, "
+                           f"not {unknown}", 422)
+        i = table.create(**{k: v for k, v in given.items() if k in create_keys})
+        if bare_create_id:
+            return i
+        # `id` for this project and AgentGym's BabyAI/TextCraft/SciWorld clients, `env_idx` for its
+        # WebArena client, `observation` for its TextCraft client (which reads it at once).
+        return {"id": i, "env_idx": i, "observation": table.call(i, "observation")}
 
     @app.post("/reset")
     def reset(body: ResetBody):
-        task = body.data_idx if body.data_idx is not None else body.idx
-        return table.call(body.id, "reset", task)
+        return both_dialects(table.call(body.instance, "reset", body.task))
 
     @app.post("/step")
     def step(body: StepBody):
-        return table.call(body.id, "step", body.action)
+        return both_dialects(table.call(body.instance, "step", body.action))
 
     @app.get("/observation")
-    def observation(id: int):
-        return table.call(id, "observation")
+    def observation(id: int | None = None, env_idx: int | None = None):
+        if id is None and env_idx is None:
+            raise EnvError("give the instance as ?id=N (or ?env_idx=N)", 422)
+        return table.call(env_idx if env_idx is not None else id, "observation")
 
     @app.post("/close")
     def close(body: CloseBody):
-        table.close(body.id)
-        return {"closed": body.id}
+        table.close(body.instance)
+        return {"closed": body.instance}
 
     return app
 

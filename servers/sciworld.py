@@ -14,8 +14,10 @@ ScienceWorld's order without 5-1, 5-2, 9-1, 9-2, 9-3, 10-1, 10-2 (4,639 pairs). 
 variations are split by ScienceWorld itself into train, then dev, then test (TASKS); `envs.py`
 turns that into data_idx splits (`python -m servers.sciworld --splits` prints them).
 
-The first observation is the task description followed by the answer to `look around` (the step
-AgentGym makes after loading); then each answer is ScienceWorld's own text for the action,
+The reset answer carries `task_description` and, as `observation`, the answer to `look around` (the
+step AgentGym makes after loading); the agent's first observation is the two joined as AgentGym's
+client joins them (`task_description + "\n" + observation`, in `envs.py` too). Then each answer is
+ScienceWorld's own text for the action,
 including its "No known action matches that input." for an invalid one. `score` is ScienceWorld's
 score 0-100 as AgentGym reports it, except that a failed task (ScienceWorld's -100, e.g. focusing on
 the wrong object) reports 0 with `failed: true`; `reward` is the per-step change of score / 100,
@@ -166,8 +168,9 @@ class SciWorldEnv:
         self.game = (name, variation, split)
         self.score, self.moves, self.done, self.failed = 0, 0, False, False
         self.task_description = self._call("getTaskDescription")
-        answer = self.step("look around")  # AgentGym's first move after loading
-        self.last = answer["observation"] = f"{self.task_description}\n\n{answer['observation']}"
+        # AgentGym's first move after loading. As on AgentGym's server, `observation` is its answer
+        # alone: AgentGym's client (and envs.py) show `task_description + "\n" + observation`.
+        answer = self.step("look around")
         return {**answer, "category": name, "task_name": name, "var_num": variation, "split": split,
                 "task_description": self.task_description}
 

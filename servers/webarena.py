@@ -5,10 +5,13 @@ and talks to it over HTTP; nothing here knows about models or torch. WebArena (Z
 an agent completes tasks on real websites by reading the page's accessibility tree and issuing
 browser actions; each task's config file says how to score the end state.
 
-Protocol facts (AgentGym's WebArena server): the instance may be named `env_idx`; `/reset` takes
-`{env_idx, seed, idx}` where `idx` is the index into the sorted task list or a string naming a
-task config (a file name in the task directory, or a path). The reset answer carries `category`
-(the task's site), `eval_types`, `intent` and `available_actions`.
+Protocol facts: AgentGym's WebArena client posts /create with no body and reads `env_idx` from the
+answer, names the instance `env_idx` everywhere, resets with `{env_idx, seed, idx}` and ends an
+episode on the /step answer's `terminated` (`servers/common.py` serves that dialect beside this
+project's). As on AgentGym's server, `idx` names a task config, `idx`.json in the task directory
+(WebArena's task_id), while this project's `data_idx` indexes the task list sorted by task_id; the
+two agree whenever the task ids are 0..n-1, as in the offline tasks and WebArena's 812. The reset
+answer carries `category` (the task's site), `eval_types`, `intent` and `available_actions`.
 
     observation   OBSERVATION: the tabs, then the accessibility tree of the active tab as
                   `[id] role 'name'` lines (Chrome's tree from the CDP Accessibility domain; the id
@@ -171,7 +174,8 @@ _tasks: list[dict] | None = None
 
 
 def task_for(idx) -> dict:
-    """`idx`: an index into the sorted task list, or a config file's name (in the task dir) or path."""
+    """`idx`: an index into the sorted task list (`data_idx`), or a string naming a config: a file
+    in the task dir with or without `.json`, a task_id (AgentGym's `idx`), or a path."""
     global _tasks
     if _tasks is None:
         _tasks = load_tasks(TASK_DIR)

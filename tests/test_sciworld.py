@@ -74,8 +74,8 @@ def test_gold_path_scores_100(server, reference, task, variation):
     iid = post(server, "/create")["id"]
     first = post(server, "/reset", id=iid, data_idx=data_idx(task, variation))
     assert first["category"] == task and first["var_num"] == variation and first["score"] == 0
-    assert first["observation"].startswith(reference.get_task_description())
-    assert "This room is called" in first["observation"]  # the answer to `look around`
+    assert first["task_description"] == reference.get_task_description()
+    assert first["observation"].startswith("This room is called")  # the answer to `look around`
     total, out = 0.0, first
     for action in gold:  # the gold path may go on a few actions past the winning one
         out = post(server, "/step", id=iid, action=action)

@@ -48,7 +48,7 @@ def post(url, path, **body):
 
 
 def new_episode(url, data_idx):
-    iid = post(url, "/create")["id"]
+    iid = post(url, "/create")  # a bare integer, as AgentGym's Deep Search client needs
     return iid, post(url, "/reset", id=iid, data_idx=data_idx)
 
 
@@ -131,7 +131,7 @@ def test_offered_actions_come_from_seen_text_only(offline, questions):
 
 
 def test_bad_requests_get_json_errors(offline):
-    iid = post(offline, "/create")["id"]
+    iid = post(offline, "/create")
     bad = [("/step", {"id": iid, "action": "<search>x</search>"}, 400),  # not reset yet
            ("/reset", {"id": iid, "data_idx": -1}, 400),
            ("/reset", {"id": iid, "data_idx": 10 ** 9}, 400),

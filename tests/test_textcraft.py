@@ -231,3 +231,16 @@ def test_server_memory_stays_flat_over_http(start_server):
     mem1 = rss_mb(server.proc.pid)
     assert mem1 - mem0 < 3.0, (mem0, mem1)
     print(f"server RSS {mem0:.1f} -> {mem1:.1f} MB over 400 episodes")
+
+
+def test_a_goal_chosen_by_item_name_is_the_same_task_as_its_index(url):
+    """How an AgentGym task list (whose data_idx order follows os.listdir) is reused here."""
+    iid = post(url, "/create", minecraft_dir="agentenv_textcraft/")["id"]  # AgentGym's key: ignored
+    i = T.GOALS.index("dark oak sign")
+    by_index = post(url, "/reset", id=iid, data_idx=i)
+    for name in ["dark oak sign", "minecraft:dark_oak_sign"]:
+        assert post(url, "/reset", id=iid, data_idx=name) == by_index
+    r = requests.post(url + "/reset", json={"id": iid, "data_idx": "unobtainium"}, timeout=10)
+    assert r.status_code == 400 and "--goals" in r.json()["error"]
+    r = requests.post(url + "/create", json={"minecraft_dir": "x", "recipes": "y"}, timeout=10)
+    assert r.status_code == 422 and "recipes" in r.json()["error"]  # only the keys it takes

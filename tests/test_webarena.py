@@ -241,7 +241,7 @@ def test_a_bad_element_id_and_a_malformed_reply_change_nothing_and_say_why(agent
     assert "cannot parse" in out["observation"]
     assert out["observation"].split("\n\n", 1)[1] == before  # the page is where it was
     r = requests.post(a.url + "/reset", json={"env_idx": a.id, "idx": 10 ** 6})
-    assert r.status_code == 400 and "out of range" in r.json()["error"]
+    assert r.status_code == 400 and "no task named '1000000'" in r.json()["error"]  # idx names a config
 
 
 def test_available_actions_are_complete_valid_replies(agents):
