@@ -52,6 +52,14 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
+def pass_at_ks(trajs, ks: list[int]) -> dict[str, float]:
+    """pass@k for each k, averaged over the tasks of `trajs` (each task's n samples)."""
+    by_task = defaultdict(list)
+    for t in trajs:
+        by_task[t.task].append(t.success)
+    return {str(k): float(np.mean([pass_at_k(len(v), sum(v), k) for v in by_task.values()])) for k in ks}
+
+
 def summarise(trajs, n_samples: int) -> dict:
     by_task = defaultdict(list)
     for t in trajs:
@@ -63,8 +71,7 @@ def summarise(trajs, n_samples: int) -> dict:
         "avg_score": float(np.mean([t.score for t in trajs])) if trajs else 0.0,
         "avg_reward": float(np.mean([t.reward for t in trajs])) if trajs else 0.0,
         "avg_turns": float(np.mean([t.turns for t in trajs])) if trajs else 0.0,
-        "pass_at_k": {str(k): float(np.mean([pass_at_k(len(v), sum(t.success for t in v), k)
-                                             for v in by_task.values()])) for k in ks},
+        "pass_at_k": pass_at_ks(trajs, ks),
         "errors": sum(bool(t.error) for t in trajs),
     }
     cats = defaultdict(list)
@@ -72,7 +79,41 @@ def summarise(trajs, n_samples: int) -> dict:
         cats[t.category or "all"].append(t.success)
     if len(cats) > 1:
         out["success_by_category"] = {c: float(np.mean(v)) for c, v in sorted(cats.items())}
+        out["by_category"] = {}
+        for c in sorted(cats):
+            ts = [t for t in trajs if (t.category or "all") == c]
+            out["by_category"][c] = {
+                "n_tasks": len({t.task for t in ts}), "n_episodes": len(ts),
+                "success_rate": float(np.mean([t.success for t in ts])),
+                "avg_score": float(np.mean([t.score for t in ts])),
+                "avg_turns": float(np.mean([t.turns for t in ts])),
+                "pass_at_k": pass_at_ks(ts, ks)}
     return out
+
+
+def summary_table(summary: dict) -> str:
+    """The summary as aligned Markdown tables: overall and per category, then pass@k. Reads
+    well in a terminal, in summary.md, and in view.py's report."""
+    rows = [("all", summary)] + list(summary.get("by_category", {}).items())
+    head = ["", "tasks", "episodes", "success", "score", "turns"]
+    body = [[name, str(r.get("n_tasks", "")), str(r.get("n_episodes", "")), f"{r.get('success_rate', 0):.3f}",
+             f"{r.get('avg_score', 0):.3f}", f"{r.get('avg_turns', 0):.2f}"] for name, r in rows]
+    out = [_markdown(head, body)]
+    ks = list(summary.get("pass_at_k", {}))
+    if ks:
+        body = [[name] + [f"{r.get('pass_at_k', {}).get(k, float('nan')):.3f}" for k in ks] for name, r in rows]
+        out.append(_markdown(["pass@k"] + [f"k={k}" for k in ks], body))
+    if summary.get("errors"):
+        out.append(f"{summary['errors']} episode(s) ended in an environment error (counted as failures).")
+    return "\n\n".join(out)
+
+
+def _markdown(head: list[str], body: list[list[str]]) -> str:
+    width = [max(len(row[i]) for row in [head] + body) for i in range(len(head))]
+    line = lambda row: "| " + " | ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                                         for i, (c, w) in enumerate(zip(row, width))) + " |"
+    rule = "|" + "|".join("-" * (w + 1) + ("-" if i == 0 else ":") for i, w in enumerate(width)) + "|"
+    return "\n".join([line(head), rule] + [line(r) for r in body])
 
 
 def evaluate(policy: Policy, pool: EnvPool, spec: EnvSpec, task_ids: list[int], n_samples: int = 1,
