@@ -403,11 +403,12 @@ function lineChart(title, series, opts = {}) {
   for (const x of xt) g.append(svg("text", {x: sx(x) - 6, y: H - 8}, String(x)));
   series.forEach((s, j) => {
     const ok = s.xs.map((x, i) => [x, s.ys[i]]).filter((p) => isFinite(tx(p[0])) && isFinite(p[1]));
-    const color = s.color || ["#1565c0", "#e65100", "#2e7d32", "#6a1b9a"][j % 4];
+    const color = s.color || ["#1565c0", "#e65100", "#2e7d32", "#6a1b9a", "#c62828", "#00838f", "#9e9d24", "#4e342e", "#ad1457", "#546e7a"][j % 10];
     g.append(svg("polyline", {fill: "none", stroke: color, "stroke-width": 1.6,
       points: ok.map((p) => sx(p[0]).toFixed(1) + "," + sy(p[1]).toFixed(1)).join(" ")}));
     if (ok.length < 40) for (const p of ok) g.append(svg("circle", {cx: sx(p[0]), cy: sy(p[1]), r: 2.2, fill: color}));
-    if (series.length > 1) g.append(svg("text", {x: W - R - 120, y: T + 12 * j + 4, fill: color}, s.name));
+    if (series.length > 1 && j < 12) g.append(svg("text", {x: W - R - 150, y: H - B - 12 * (Math.min(series.length, 12) - j) + 4, fill: color},
+      j === 11 && series.length > 12 ? "+ " + (series.length - 11) + " more" : s.name));
   });
   return g;
 }
@@ -429,12 +430,18 @@ function renderOverview() {
     const cats = [...new Set(names.flatMap((n) => Object.keys(D.summaries[n].success_by_category || {})))].sort();
     for (const c of cats) t.append(el("tr", {}, el("th", {text: c}), ...names.map((n) => el("td", {text: fmt((D.summaries[n].success_by_category || {})[c])}))));
     v.append(t);
-    const curves = names.filter((n) => Object.keys(D.summaries[n].pass_at_k || {}).length > 1);
+    const curve = (name, pk) => { const ks = Object.keys(pk).map(Number).sort((a, b) => a - b); return {name: name, xs: ks, ys: ks.map((k) => pk[k])}; };
+    const many = (pk) => Object.keys(pk || {}).length > 1;
+    const curves = names.filter((n) => many(D.summaries[n].pass_at_k));
     if (curves.length) {
-      v.append(el("div", {class: "charts", id: "passk"}, lineChart("pass@k (unbiased, Chen et al. 2021)", curves.map((n) => {
-        const pk = D.summaries[n].pass_at_k, ks = Object.keys(pk).map(Number).sort((a, b) => a - b);
-        return {name: n, xs: ks, ys: ks.map((k) => pk[k])};
-      }), {logx: true, ylim: [0, 1], w: 420, h: 240})));
+      const box = el("div", {class: "charts", id: "passk"}, lineChart("pass@k (unbiased, Chen et al. 2021)",
+        curves.map((n) => curve(n, D.summaries[n].pass_at_k)), {logx: true, ylim: [0, 1], w: 420, h: 240}));
+      for (const n of curves) {  // one curve per category, when eval.py broke it down
+        const cats = Object.entries(D.summaries[n].by_category || {}).filter(([c, r]) => many(r.pass_at_k));
+        if (cats.length) box.append(lineChart("pass@k by category \u00b7 " + n, cats.map(([c, r]) => curve(c, r.pass_at_k)),
+          {logx: true, ylim: [0, 1], w: 420, h: 240}));
+      }
+      v.append(box);
     }
   }
 }

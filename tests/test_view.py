@@ -141,7 +141,8 @@ def open_page(browser, path):
 
 def test_report_in_chromium_table_filter_episode_view(browser, tmp_path):
     eps = episodes()
-    run = write_run(str(tmp_path / "ev"), eps, summary={"success_rate": 0.4, "pass_at_k": {"1": 0.4, "2": 0.6, "4": 0.7}})
+    run = write_run(str(tmp_path / "ev"), eps, summary={"success_rate": 0.4, "pass_at_k": {"1": 0.4, "2": 0.6, "4": 0.7},
+                   "by_category": {c: {"pass_at_k": {"1": 0.3, "2": 0.5, "4": 0.6}} for c in ("A", "B")}})
     out = view.main([run])
     assert out == os.path.join(run, "report.html")
     page = open_page(browser, out)
@@ -174,7 +175,8 @@ def test_report_in_chromium_table_filter_episode_view(browser, tmp_path):
     assert page.locator(".turn img").count() == 2
     assert page.evaluate("document.querySelector('.turn img').naturalWidth") == 16
     page.evaluate("location.hash = '#overview'")
-    assert page.locator("#passk svg polyline").count() == 1
+    assert page.locator("#passk svg").count() == 2  # overall, and one curve per category
+    assert page.locator("#passk svg").nth(1).locator("polyline").count() == 2
     page.screenshot(path=str(tmp_path / "overview.png"), full_page=True)
     assert os.path.getsize(tmp_path / "overview.png") > 1000
     assert page.errors == [] and page.requests == []
