@@ -51,19 +51,22 @@ def read_jsonl(path: str) -> tuple[list[dict], list[str]]:
     """The JSON objects of a JSONL file, and one message per line that is not one."""
     rows, problems = [], []
     with open(path, encoding="utf-8", errors="replace") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                problems.append(f"{path}, line {n}: not valid JSON ({e.msg} at column {e.colno}); "
-                                f"the line starts {line[:60].strip()!r}. Skipped; the other lines are shown.")
-                continue
-            if not isinstance(row, dict):
-                problems.append(f"{path}, line {n}: a JSON {type(row).__name__}, not an object. Skipped.")
-                continue
-            rows.append(row)
+        lines = f.read().split("\n")
+    last = max((n for n, line in enumerate(lines, 1) if line.strip()), default=0)
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            cut = " It is the last line: the run may have stopped while writing it." if n == last else ""
+            problems.append(f"{path}, line {n}: not valid JSON ({e.msg} at column {e.colno}); the line "
+                            f"starts {line[:60].strip()!r}.{cut} Skipped; the other lines are shown.")
+            continue
+        if not isinstance(row, dict):
+            problems.append(f"{path}, line {n}: a JSON {type(row).__name__}, not an object. Skipped.")
+            continue
+        rows.append(row)
     return rows, problems
 
 
@@ -303,7 +306,7 @@ th[data-key]{cursor:pointer;user-select:none} th.asc::after{content:" \\25B2"} t
 pre{white-space:pre-wrap;word-break:break-word;margin:4px 0;background:#fff;border:1px solid #e0e0e0;padding:6px}
 .turn{border:1px solid #cfd8dc;background:#fff;margin:10px 0;padding:8px;display:flex;gap:12px}
 .turn .body{flex:1;min-width:0} .turn img{image-rendering:pixelated;width:192px;height:auto;border:1px solid #999}
-.turn.refused,.turn.unparsed{border-left:6px solid #e53935}
+.turn.status-refused,.turn.status-unparsed{border-left:6px solid #e53935}
 .reply mark{background:#fff176;outline:1px solid #fbc02d}
 .flag{display:inline-block;background:#e53935;color:#fff;border-radius:3px;padding:0 6px;margin-left:6px;font-size:12px}
 .meta span{margin-right:14px}
@@ -531,7 +534,7 @@ function renderEpisode(id) {
       notVerbatim ? el("span", {class: "muted", text: "(normalised: not verbatim in the reply)"}) : null,
       el("span", {text: "reward " + (t.reward === null ? "?" : fmt(t.reward))}), el("span", {text: "done " + (t.done ? "yes" : "no")})));
     if (k === e.steps.length - 1 && t.after) body.append(el("div", {class: "muted", text: "final observation"}), el("pre", {class: "obs", text: t.after}));
-    const turn = el("div", {class: "turn " + t.status}, body);
+    const turn = el("div", {class: "turn status-" + t.status.replace(/\W/g, "")}, body);
     const pics = el("div", {}, picture(t.frame, "before turn " + (k + 1)), picture(t.frame_after, "after the last turn"));
     if (pics.childNodes.length) turn.prepend(pics);
     v.append(turn);

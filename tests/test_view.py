@@ -72,7 +72,7 @@ def test_a_malformed_or_truncated_line_is_named_and_the_rest_is_read(tmp_path):
     assert len(rows) == 5
     assert len(problems) == 2
     assert "line 3:" in problems[0] and "not valid JSON" in problems[0]
-    assert "line 7:" in problems[1]
+    assert "line 7:" in problems[1] and "last line" in problems[1] and "last line" not in problems[0]
 
 
 def test_turns_show_the_reply_the_action_and_what_the_environment_did():
@@ -157,6 +157,11 @@ def test_report_in_chromium_table_filter_episode_view(browser, tmp_path):
     page.select_option("#f-category", "BabyAI-GoToRedBall-v0")
     assert page.inner_text("#count") == "2 of 5 episodes"
     page.select_option("#f-category", "")
+    page.click("#episodes th[data-key=score]")  # sort by score, ascending, then descending
+    assert page.locator("#episodes tbody tr td:nth-child(5)").all_inner_texts() == ["0", "0", "0", "0.900", "0.900"]
+    page.click("#episodes th[data-key=task]")
+    page.click("#episodes th[data-key=task]")
+    assert page.locator("#episodes tbody tr td:nth-child(2)").all_inner_texts() == ["164", "124", "84", "44", "4"]
     page.fill("#f-text", "fly away")
     assert page.inner_text("#count") == "1 of 5 episodes"
     page.click("#episodes tbody tr")  # the refused one
