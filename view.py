@@ -431,7 +431,7 @@ function renderOverview() {
     const ks = [...new Set(names.flatMap((n) => Object.keys(D.summaries[n].pass_at_k || {})))].sort((a, b) => a - b);
     for (const k of ks) t.append(el("tr", {}, el("th", {text: "pass@" + k}), ...names.map((n) => el("td", {text: fmt((D.summaries[n].pass_at_k || {})[k])}))));
     const cats = [...new Set(names.flatMap((n) => Object.keys(D.summaries[n].success_by_category || {})))].sort();
-    for (const c of cats) t.append(el("tr", {}, el("th", {text: c}), ...names.map((n) => el("td", {text: fmt((D.summaries[n].success_by_category || {})[c])}))));
+    for (const c of cats) t.append(el("tr", {}, el("th", {text: "success: " + c}), ...names.map((n) => el("td", {text: fmt((D.summaries[n].success_by_category || {})[c])}))));
     v.append(t);
     const curve = (name, pk) => { const ks = Object.keys(pk).map(Number).sort((a, b) => a - b); return {name: name, xs: ks, ys: ks.map((k) => pk[k])}; };
     const many = (pk) => Object.keys(pk || {}).length > 1;
