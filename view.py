@@ -427,6 +427,8 @@ function renderOverview() {
     v.append(el("h2", {text: "Evaluation summaries (summary.json)"}));
     const keys = ["n_tasks", "n_samples", "n_episodes", "success_rate", "avg_score", "avg_reward", "avg_turns", "errors"];
     const t = el("table", {}, el("tr", {}, el("th", {text: ""}), ...names.map((n) => el("th", {text: n}))));
+    for (const k of ["model", "env", "split", "tasks"]) if (names.some((n) => D.summaries[n][k] !== undefined))
+      t.append(el("tr", {}, el("th", {text: k}), ...names.map((n) => el("td", {text: D.summaries[n][k] === undefined ? "" : String(D.summaries[n][k])}))));
     for (const k of keys) t.append(el("tr", {}, el("th", {text: k}), ...names.map((n) => el("td", {text: fmt(D.summaries[n][k])}))));
     const ks = [...new Set(names.flatMap((n) => Object.keys(D.summaries[n].pass_at_k || {})))].sort((a, b) => a - b);
     for (const k of ks) t.append(el("tr", {}, el("th", {text: "pass@" + k}), ...names.map((n) => el("td", {text: fmt((D.summaries[n].pass_at_k || {})[k])}))));
@@ -586,6 +588,8 @@ function renderTraining() {
   if (!D.training.length) { v.append(el("p", {class: "muted", text: "No training run (metrics.jsonl) in the input."})); return; }
   for (const run of D.training) {
     v.append(el("h2", {text: run.name + " \u00b7 " + run.metrics.length + " steps"}));
+    if (Object.keys(run.config || {}).length) v.append(el("details", {}, el("summary", {text: "configuration"}),
+      el("pre", {text: Object.entries(run.config).map(([k, x]) => k + " = " + JSON.stringify(x)).join("\n")})));
     const rows = run.metrics.filter((m) => typeof m.step === "number");
     const keys = [...new Set(rows.flatMap((m) => Object.keys(m).filter((k) => k !== "step" && typeof m[k] === "number")))];
     const order = CURVES.map((c) => c[0]).filter((k) => keys.includes(k)).concat(keys.filter((k) => !CURVES.some((c) => c[0] === k)).sort());
