@@ -407,13 +407,16 @@ class EnvPool:
         self.executor.shutdown(wait=False)
 
 
-def open_pool(env: str, size: int, url: str | None = None, log_path: str | None = None) -> EnvPool:
-    """A pool for `env`: on the server at `url` if given, else on a fresh local server process."""
+def open_pool(env: str, size: int, url: str | None = None, log_path: str | None = None,
+              create: dict | None = None) -> EnvPool:
+    """A pool for `env`: on the server at `url` if given, else on a fresh local server process.
+    `create`: extra fields of POST /create (e.g. BabyAI's {"render": true})."""
     spec = ENVS[env]
+    body = {**spec.extra_create, **(create or {})}
     if url:
-        return EnvPool(url=url, size=size, create_body=spec.extra_create)
+        return EnvPool(url=url, size=size, create_body=body)
     server = EnvServer(spec.module, log_path=log_path).start()
-    return EnvPool(server=server, size=size, create_body=spec.extra_create)
+    return EnvPool(server=server, size=size, create_body=body)
 
 
 def close_pool(pool: EnvPool) -> None:

@@ -7,8 +7,10 @@
 Flags: `python eval.py --help`; the agent's settings (`--model`, `--temperature`,
 `--max-new-tokens`, `--context-turns`, `--mask-actions`, ...) are train.py's (config.AgentConfig).
 
-Writes <out>/summary.json and every trajectory to <out>/trajectories.jsonl (conversation,
-actions, per-step rewards, outcome). pass@k is the unbiased estimator of Chen et al. (2021):
+Writes <out>/summary.json, the same as tables to <out>/summary.md (also printed), every
+trajectory to <out>/trajectories.jsonl (conversation, observations, actions, per-step rewards,
+outcome; with `--render true` on BabyAI a picture of every observation) and <out>/report.html,
+view.py's report of it all. pass@k is the unbiased estimator of Chen et al. (2021):
 1 - C(n-c, k) / C(n, k) per task, averaged, for k = 1, 2, 4, ... up to n samples.
 """
 
@@ -42,7 +44,9 @@ class EvalConfig(AgentConfig):
     parallel: int = 64
     """episodes in flight at once"""
     out: str = "runs/eval"
-    """output folder: summary.json, trajectories.jsonl"""
+    """output folder: summary.json, summary.md, trajectories.jsonl, report.html"""
+    render: bool = False
+    """record a picture of every observation for view.py (BabyAI's minigrid frame; other envs have none)"""
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -133,14 +137,21 @@ def parse_task_ids(text: str) -> list[int]:
     return ids
 
 
-def write_trajectories(path: str, trajs) -> None:
+def write_trajectories(path: str, trajs, step: int | None = None) -> None:
+    """One JSON line per trajectory, as view.py reads it; `step`: the training step it came from.
+    `observations` holds the first observation and the one after every action."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         for t in trajs:
-            f.write(json.dumps({
-                "task": t.task, "category": t.category, "success": t.success, "reward": t.reward,
-                "score": t.score, "turns": t.turns, "done": t.done, "error": t.error,
-                "actions": t.actions, "rewards": t.rewards, "conversation": t.messages,
-            }) + "\n")
+            rec = {"task": t.task, "category": t.category, "success": t.success, "reward": t.reward,
+                   "score": t.score, "turns": t.turns, "done": t.done, "error": t.error,
+                   "actions": t.actions, "rewards": t.rewards, "conversation": t.messages,
+                   "observations": t.observations}
+            if any(t.frames):
+                rec["frames"] = t.frames
+            if step is not None:
+                rec["step"] = step
+            f.write(json.dumps(rec) + "\n")
 
 
 def describe_tasks(cfg: EvalConfig, n: int) -> str:
@@ -160,8 +171,11 @@ def main(argv=None):
     tasks = parse_task_ids(cfg.task_ids) if cfg.task_ids else spec.splits[cfg.split]
     tasks = tasks[:cfg.limit] if cfg.limit else tasks
     policy = load_agent(cfg, resolve_device(cfg.device))
+    if cfg.render and cfg.env != "babyai":
+        raise SystemExit("--render: only the BabyAI server draws pictures of its observations")
     os.makedirs(cfg.out, exist_ok=True)
-    pool = open_pool(cfg.env, size=min(cfg.parallel, len(tasks) * cfg.n_samples), url=cfg.url or None)
+    pool = open_pool(cfg.env, size=min(cfg.parallel, len(tasks) * cfg.n_samples), url=cfg.url or None,
+                     create={"render": True} if cfg.render else None)
     try:
         summary, trajs = evaluate(policy, pool, spec, tasks, cfg.n_samples, cfg.max_turns or spec.default_horizon)
     finally:
@@ -170,7 +184,13 @@ def main(argv=None):
     with open(os.path.join(cfg.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
     write_trajectories(os.path.join(cfg.out, "trajectories.jsonl"), trajs)
-    print(json.dumps(summary, indent=2))
+    table = f"{cfg.model} on {cfg.env}, {summary['tasks']}\n\n{summary_table(summary)}\n"
+    with open(os.path.join(cfg.out, "summary.md"), "w") as f:
+        f.write(table)
+    print(table)
+    import view
+
+    print("report:", view.write_report([cfg.out], os.path.join(cfg.out, "report.html")))
     return summary
 
 

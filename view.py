@@ -232,6 +232,12 @@ def write_html(data: dict, out: str) -> None:
         f.write(page)
 
 
+def write_report(paths: list[str], out: str) -> str:
+    """The report of `paths` written to `out` (what train.py and eval.py call at the end)."""
+    write_html(report(paths), out)
+    return out
+
+
 def main(argv=None) -> str:
     p = argparse.ArgumentParser(description="Write an HTML report of saved episodes and training curves.")
     p.add_argument("inputs", nargs="+", help="eval output folders, training run folders or JSONL files")

@@ -220,3 +220,52 @@ def test_training_run_curves_rollouts_and_before_after_comparison(browser, tmp_p
     assert "line 5:" in page.inner_text("#problems")
     page.screenshot(path=str(tmp_path / "training.png"), full_page=True)
     assert page.errors == [] and page.requests == []
+
+
+# --- end to end: what eval.py and train.py write, viewed ------------------------------------------
+
+def test_eval_with_render_records_a_frame_per_observation_and_writes_its_report(browser, tmp_path):
+    import eval as evaluation
+
+    out = tmp_path / "ev"
+    evaluation.main(["--model", "tiny", "--task-ids", "4,44", "--n-samples", "2", "--max-turns", "3",
+                     "--render", "true", "--out", str(out)])
+    lines = [json.loads(x) for x in open(out / "trajectories.jsonl")]
+    assert len(lines) == 4
+    for t in lines:
+        assert len(t["observations"]) == len(t["frames"]) == t["turns"] + 1
+        assert all(view.DATA_URL.fullmatch(f) for f in t["frames"])
+    table = open(out / "summary.md").read()
+    assert "| all " in table and "k=1" in table and "k=2" in table
+    page = open_page(browser, out / "report.html")
+    page.evaluate("location.hash = '#episodes'")
+    assert page.inner_text("#count") == "4 of 4 episodes"
+    page.click("#episodes tbody tr")
+    assert page.locator(".turn").count() == lines[0]["turns"]
+    assert page.locator(".turn img").count() == lines[0]["turns"] + 1  # before each turn, after the last
+    assert page.evaluate("document.querySelector('.turn img').naturalWidth") > 0
+    page.screenshot(path=str(tmp_path / "babyai.png"), full_page=True)
+    assert page.errors == []
+
+
+def test_training_run_with_saved_rollouts_has_curves_samples_and_before_after(browser, tmp_path):
+    from train import Config, train
+
+    assert Config().save_rollouts_every == 0  # off by default
+    train(Config(steps=2, tasks_per_step=2, group_size=2, minibatch_size=4, eval_episodes=3, rounds="2,3",
+                 steps_per_stage=1, out=str(tmp_path), save_every=2, save_rollouts_every=1))
+    for step in (1, 2):
+        rows = [json.loads(x) for x in open(tmp_path / "rollouts" / f"step_{step:06d}.jsonl")]
+        assert len(rows) == 4 and {r["step"] for r in rows} == {step}
+    for key in ("eval_before", "eval_after"):
+        assert len(open(tmp_path / key / "trajectories.jsonl").readlines()) == 3
+    page = open_page(browser, tmp_path / "report.html")
+    page.evaluate("location.hash = '#training'")
+    assert page.locator("#training-view svg.chart").count() >= 8
+    assert page.locator("#training-view table tr").count() == 3  # header + steps 1 and 2
+    page.evaluate("location.hash = '#compare'")
+    assert page.locator("#cmp-a").input_value() != page.locator("#cmp-b").input_value()
+    assert "3 shared tasks" in page.inner_text("#cmp-counts")
+    page.evaluate("location.hash = '#episodes'")
+    assert page.inner_text("#count") == "14 of 14 episodes"
+    assert page.errors == []
