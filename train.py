@@ -192,7 +192,8 @@ def train(cfg: Config) -> dict:
     rollouts_dir = os.path.join(cfg.out, "rollouts")
     if not saved:  # a fresh run: nothing of an earlier run in this folder may mix with it
         for old in [metrics_path] + glob.glob(os.path.join(rollouts_dir, "step_*.jsonl")):
-            os.remove(old)
+            if os.path.exists(old):
+                os.remove(old)
     try:
         if n_eval and start == 1:
             summary["eval_before"], episodes = evaluate(policy, pool, spec, test_tasks, cfg.eval_samples,
