@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+import view
 from agent import Policy, rollout
 from config import AgentConfig, load_agent, parse, resolve_device
 from envs import ENVS, EnvPool, EnvSpec, close_pool, open_pool
@@ -170,9 +171,9 @@ def main(argv=None):
     spec = ENVS[cfg.env]
     tasks = parse_task_ids(cfg.task_ids) if cfg.task_ids else spec.splits[cfg.split]
     tasks = tasks[:cfg.limit] if cfg.limit else tasks
-    policy = load_agent(cfg, resolve_device(cfg.device))
     if cfg.render and cfg.env != "babyai":
         raise SystemExit("--render: only the BabyAI server draws pictures of its observations")
+    policy = load_agent(cfg, resolve_device(cfg.device))
     os.makedirs(cfg.out, exist_ok=True)
     pool = open_pool(cfg.env, size=min(cfg.parallel, len(tasks) * cfg.n_samples), url=cfg.url or None,
                      create={"render": True} if cfg.render else None)
@@ -188,8 +189,6 @@ def main(argv=None):
     with open(os.path.join(cfg.out, "summary.md"), "w") as f:
         f.write(table)
     print(table)
-    import view
-
     print("report:", view.write_report([cfg.out], os.path.join(cfg.out, "report.html")))
     return summary
 
