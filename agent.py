@@ -46,6 +46,7 @@ class Trajectory:
     messages: list[dict] = field(default_factory=list)  # the conversation, for humans
     actions: list[str] = field(default_factory=list)
     observations: list[str] = field(default_factory=list)
+    frames: list[str] = field(default_factory=list)  # a picture per observation, if the server renders
     rewards: list[float] = field(default_factory=list)  # per-step env rewards (for logs)
     reward: float = 0.0  # the outcome reward that trains the agent
     score: float = 0.0  # the env's final score, as it reports it
@@ -317,6 +318,7 @@ def _rollout_chunk(policy, pool, spec, tasks, groups, max_turns, batch_size):
             tr.messages.append({"role": "system", "content": spec.instruction})
         tr.messages.append({"role": "user", "content": r["observation"]})
         tr.observations.append(r["observation"])
+        tr.frames.append(r.get("frame", ""))
         if r.get("error"):
             tr.error, tr.done = r["error"], True
             continue
@@ -344,6 +346,7 @@ def _rollout_chunk(policy, pool, spec, tasks, groups, max_turns, batch_size):
             tr.rewards.append(float(r.get("reward", 0.0)))
             tr.score = float(r.get("score", sum(tr.rewards)))
             tr.observations.append(r.get("observation", ""))
+            tr.frames.append(r.get("frame", ""))
             info[i] = r
             if r.get("error"):
                 tr.error = r["error"]

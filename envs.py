@@ -469,10 +469,10 @@ class EnvPool:
     """
 
     def __init__(self, url: str | None = None, size: int = 1, server: EnvServer | None = None,
-                 timeout: float = 60.0, spec: EnvSpec | None = None):
+                 timeout: float = 60.0, spec: EnvSpec | None = None, create: dict | None = None):
         self.server = server
         self.url = url or server.url
-        self.timeout, self.create_body = timeout, dict(spec.extra_create) if spec else {}
+        self.timeout, self.create_body = timeout, {**(spec.extra_create if spec else {}), **(create or {})}
         self.clients = [EnvClient(self.url, timeout, spec) for _ in range(size)]  # one session each
         self.ids: list[int | None] = [None] * size
         self.executor = ThreadPoolExecutor(max_workers=min(64, max(1, size)))
@@ -514,13 +514,15 @@ class EnvPool:
         self.executor.shutdown(wait=False)
 
 
-def open_pool(env: str, size: int, url: str | None = None, log_path: str | None = None) -> EnvPool:
-    """A pool for `env`: on the server at `url` if given, else on a fresh local server process."""
+def open_pool(env: str, size: int, url: str | None = None, log_path: str | None = None,
+              create: dict | None = None) -> EnvPool:
+    """A pool for `env`: on the server at `url` if given, else on a fresh local server process.
+    `create`: extra fields of POST /create (e.g. BabyAI's {"render": true})."""
     spec = ENVS[env]
     if url:
-        return EnvPool(url=url, size=size, spec=spec)
+        return EnvPool(url=url, size=size, spec=spec, create=create)
     server = EnvServer(spec.module, log_path=log_path).start()
-    return EnvPool(server=server, size=size, spec=spec)
+    return EnvPool(server=server, size=size, spec=spec, create=create)
 
 
 def close_pool(pool: EnvPool) -> None:

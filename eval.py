@@ -7,8 +7,10 @@
 Flags: `python eval.py --help`; the agent's settings (`--model`, `--temperature`,
 `--max-new-tokens`, `--context-turns`, `--mask-actions`, ...) are train.py's (config.AgentConfig).
 
-Writes <out>/summary.json and every trajectory to <out>/trajectories.jsonl (conversation,
-actions, per-step rewards, outcome). pass@k is the unbiased estimator of Chen et al. (2021):
+Writes <out>/summary.json, the same as tables to <out>/summary.md (also printed), every
+trajectory to <out>/trajectories.jsonl (conversation, observations, actions, per-step rewards,
+outcome; with `--render true` on BabyAI a picture of every observation) and <out>/report.html,
+view.py's report of it all. pass@k is the unbiased estimator of Chen et al. (2021):
 1 - C(n-c, k) / C(n, k) per task, averaged, for k = 1, 2, 4, ... up to n samples.
 """
 
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+import view
 from agent import Policy, rollout
 from config import AgentConfig, load_agent, parse, resolve_device
 from envs import ENVS, EnvPool, EnvSpec, close_pool, open_pool
@@ -42,7 +45,9 @@ class EvalConfig(AgentConfig):
     parallel: int = 64
     """episodes in flight at once"""
     out: str = "runs/eval"
-    """output folder: summary.json, trajectories.jsonl"""
+    """output folder: summary.json, summary.md, trajectories.jsonl, report.html"""
+    render: bool = False
+    """record a picture of every observation for view.py (BabyAI's minigrid frame; other envs have none)"""
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -50,6 +55,14 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if n - c < k:
         return 1.0
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def pass_at_ks(trajs, ks: list[int]) -> dict[str, float]:
+    """pass@k for each k, averaged over the tasks of `trajs` (each task's n samples)."""
+    by_task = defaultdict(list)
+    for t in trajs:
+        by_task[t.task].append(t.success)
+    return {str(k): float(np.mean([pass_at_k(len(v), sum(v), k) for v in by_task.values()])) for k in ks}
 
 
 def summarise(trajs, n_samples: int) -> dict:
@@ -63,8 +76,7 @@ def summarise(trajs, n_samples: int) -> dict:
         "avg_score": float(np.mean([t.score for t in trajs])) if trajs else 0.0,
         "avg_reward": float(np.mean([t.reward for t in trajs])) if trajs else 0.0,
         "avg_turns": float(np.mean([t.turns for t in trajs])) if trajs else 0.0,
-        "pass_at_k": {str(k): float(np.mean([pass_at_k(len(v), sum(t.success for t in v), k)
-                                             for v in by_task.values()])) for k in ks},
+        "pass_at_k": pass_at_ks(trajs, ks),
         "errors": sum(bool(t.error) for t in trajs),
     }
     cats = defaultdict(list)
@@ -72,7 +84,41 @@ def summarise(trajs, n_samples: int) -> dict:
         cats[t.category or "all"].append(t.success)
     if len(cats) > 1:
         out["success_by_category"] = {c: float(np.mean(v)) for c, v in sorted(cats.items())}
+        out["by_category"] = {}
+        for c in sorted(cats):
+            ts = [t for t in trajs if (t.category or "all") == c]
+            out["by_category"][c] = {
+                "n_tasks": len({t.task for t in ts}), "n_episodes": len(ts),
+                "success_rate": float(np.mean([t.success for t in ts])),
+                "avg_score": float(np.mean([t.score for t in ts])),
+                "avg_turns": float(np.mean([t.turns for t in ts])),
+                "pass_at_k": pass_at_ks(ts, ks)}
     return out
+
+
+def summary_table(summary: dict) -> str:
+    """The summary as aligned Markdown tables: overall and per category, then pass@k. Reads
+    well in a terminal, in summary.md, and in view.py's report."""
+    rows = [("all", summary)] + list(summary.get("by_category", {}).items())
+    head = ["", "tasks", "episodes", "success", "score", "turns"]
+    body = [[name, str(r.get("n_tasks", "")), str(r.get("n_episodes", "")), f"{r.get('success_rate', 0):.3f}",
+             f"{r.get('avg_score', 0):.3f}", f"{r.get('avg_turns', 0):.2f}"] for name, r in rows]
+    out = [_markdown(head, body)]
+    ks = list(summary.get("pass_at_k", {}))
+    if ks:
+        body = [[name] + [f"{r.get('pass_at_k', {}).get(k, float('nan')):.3f}" for k in ks] for name, r in rows]
+        out.append(_markdown(["pass@k"] + [f"k={k}" for k in ks], body))
+    if summary.get("errors"):
+        out.append(f"{summary['errors']} episode(s) ended in an environment error (counted as failures).")
+    return "\n\n".join(out)
+
+
+def _markdown(head: list[str], body: list[list[str]]) -> str:
+    width = [max(len(row[i]) for row in [head] + body) for i in range(len(head))]
+    line = lambda row: "| " + " | ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                                         for i, (c, w) in enumerate(zip(row, width))) + " |"
+    rule = "|" + "|".join("-" * (w + 1) + ("-" if i == 0 else ":") for i, w in enumerate(width)) + "|"
+    return "\n".join([line(head), rule] + [line(r) for r in body])
 
 
 def evaluate(policy: Policy, pool: EnvPool, spec: EnvSpec, task_ids: list[int], n_samples: int = 1,
@@ -92,14 +138,21 @@ def parse_task_ids(text: str) -> list[int]:
     return ids
 
 
-def write_trajectories(path: str, trajs) -> None:
+def write_trajectories(path: str, trajs, step: int | None = None) -> None:
+    """One JSON line per trajectory, as view.py reads it; `step`: the training step it came from.
+    `observations` holds the first observation and the one after every action."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         for t in trajs:
-            f.write(json.dumps({
-                "task": t.task, "category": t.category, "success": t.success, "reward": t.reward,
-                "score": t.score, "turns": t.turns, "done": t.done, "error": t.error,
-                "actions": t.actions, "rewards": t.rewards, "conversation": t.messages,
-            }) + "\n")
+            rec = {"task": t.task, "category": t.category, "success": t.success, "reward": t.reward,
+                   "score": t.score, "turns": t.turns, "done": t.done, "error": t.error,
+                   "actions": t.actions, "rewards": t.rewards, "conversation": t.messages,
+                   "observations": t.observations}
+            if any(t.frames):
+                rec["frames"] = t.frames
+            if step is not None:
+                rec["step"] = step
+            f.write(json.dumps(rec) + "\n")
 
 
 def describe_tasks(cfg: EvalConfig, n: int) -> str:
@@ -118,9 +171,12 @@ def main(argv=None):
     spec = ENVS[cfg.env]
     tasks = parse_task_ids(cfg.task_ids) if cfg.task_ids else spec.splits[cfg.split]
     tasks = tasks[:cfg.limit] if cfg.limit else tasks
+    if cfg.render and cfg.env != "babyai":
+        raise SystemExit("--render: only the BabyAI server draws pictures of its observations")
     policy = load_agent(cfg, resolve_device(cfg.device))
     os.makedirs(cfg.out, exist_ok=True)
-    pool = open_pool(cfg.env, size=min(cfg.parallel, len(tasks) * cfg.n_samples), url=cfg.url or None)
+    pool = open_pool(cfg.env, size=min(cfg.parallel, len(tasks) * cfg.n_samples), url=cfg.url or None,
+                     create={"render": True} if cfg.render else None)
     try:
         summary, trajs = evaluate(policy, pool, spec, tasks, cfg.n_samples, cfg.max_turns or spec.default_horizon)
     finally:
@@ -129,7 +185,11 @@ def main(argv=None):
     with open(os.path.join(cfg.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
     write_trajectories(os.path.join(cfg.out, "trajectories.jsonl"), trajs)
-    print(json.dumps(summary, indent=2))
+    table = f"{cfg.model} on {cfg.env}, {summary['tasks']}\n\n{summary_table(summary)}\n"
+    with open(os.path.join(cfg.out, "summary.md"), "w") as f:
+        f.write(table)
+    print(table)
+    print("report:", view.write_report([cfg.out], os.path.join(cfg.out, "report.html")))
     return summary
 
 

@@ -12,10 +12,14 @@ The loop, one step at a time (paper, section 2):
     4. `epochs` passes of clipped-ratio updates over minibatches     (the same file's loss)
     5. log to <out>/metrics.jsonl (and TensorBoard), checkpoint to <out>/checkpoint
 The default run also evaluates the policy on the held-out test split before and after training
-and writes both to <out>/summary.json (`eval_before`, `eval_after`, same keys as eval.py).
+and writes both to <out>/summary.json (`eval_before`, `eval_after`, same keys as eval.py), their
+episodes to <out>/eval_before/ and <out>/eval_after/, and at the end <out>/report.html (view.py:
+learning curves, the episodes, which test tasks flipped; `--save-rollouts-every N` adds every
+Nth step's rollouts, <out>/rollouts/step_N.jsonl).
 """
 
 import dataclasses
+import glob
 import json
 import os
 import random
@@ -31,12 +35,13 @@ import grpo
 import ppo
 import reinforce_pp
 import tiny
+import view
 from agent import rollout
 from algorithm import load_state, save_state
 from batch import make_batch, token_logprobs
 from config import AgentConfig, load_agent, parse, resolve_device
 from envs import ENVS, close_pool, open_pool
-from eval import evaluate
+from eval import evaluate, write_trajectories
 from scaling_inter import staged
 
 # Each algorithm is an `algorithm.Algorithm` (advantages, loss, optional state): see its file.
@@ -58,7 +63,7 @@ class Config(AgentConfig):
     steps: int = 50
     """training steps (one rollout batch + update each)"""
     out: str = "runs/default"
-    """output folder: metrics.jsonl, summary.json, checkpoint/, curves.png"""
+    """output folder: metrics.jsonl, summary.json, checkpoint/, curves.png, report.html, eval_before/, eval_after/"""
     rounds: str = "3,5"
     """ScalingInter-RL horizon stages h1,h2,... (one value: a fixed horizon)"""
     steps_per_stage: int = 25
@@ -109,6 +114,8 @@ class Config(AgentConfig):
     """max turns at evaluation; 0: the schedule's last horizon"""
     save_every: int = 20
     """checkpoint every N steps (and at the end)"""
+    save_rollouts_every: int = 0
+    """write every Nth step's rollouts to <out>/rollouts/step_N.jsonl, to watch them in view.py (0: never)"""
     resume: str = ""
     """checkpoint folder to continue from (model, optimizer, algorithm state, step, RNG)"""
     mixed_precision: str = "no"
@@ -182,12 +189,16 @@ def train(cfg: Config) -> dict:
     if saved and os.path.exists(summary_path):
         summary = {**json.load(open(summary_path)), "config": dataclasses.asdict(cfg)}
     metrics_path = os.path.join(cfg.out, "metrics.jsonl")
-    if not saved and os.path.exists(metrics_path):
-        os.remove(metrics_path)
+    rollouts_dir = os.path.join(cfg.out, "rollouts")
+    if not saved:  # a fresh run: nothing of an earlier run in this folder may mix with it
+        for old in [metrics_path] + glob.glob(os.path.join(rollouts_dir, "step_*.jsonl")):
+            if os.path.exists(old):
+                os.remove(old)
     try:
         if n_eval and start == 1:
-            summary["eval_before"], _ = evaluate(policy, pool, spec, test_tasks, cfg.eval_samples, eval_turns,
-                                                    desc="eval before")
+            summary["eval_before"], episodes = evaluate(policy, pool, spec, test_tasks, cfg.eval_samples,
+                                                        eval_turns, desc="eval before")
+            write_trajectories(os.path.join(cfg.out, "eval_before", "trajectories.jsonl"), episodes)
             print(f"eval before: success {summary['eval_before']['success_rate']:.3f}")
         bar = tqdm(range(start, cfg.steps + 1), desc=f"{cfg.algo} on {cfg.env}", initial=start - 1, total=cfg.steps)
         for step in bar:
@@ -233,6 +244,8 @@ def train(cfg: Config) -> dict:
             }
             with open(metrics_path, "a") as f:
                 f.write(json.dumps(m) + "\n")
+            if cfg.save_rollouts_every and step % cfg.save_rollouts_every == 0:
+                write_trajectories(os.path.join(rollouts_dir, f"step_{step:06d}.jsonl"), trajs, step=step)
             if writer:
                 for k, v in m.items():
                     if k != "step":
@@ -243,8 +256,9 @@ def train(cfg: Config) -> dict:
                 if state is not None:
                     save_state(state, os.path.join(cfg.out, "checkpoint"), accelerator.unwrap_model)
         if n_eval:
-            summary["eval_after"], _ = evaluate(policy, pool, spec, test_tasks, cfg.eval_samples, eval_turns,
-                                                    desc="eval after")
+            summary["eval_after"], episodes = evaluate(policy, pool, spec, test_tasks, cfg.eval_samples,
+                                                       eval_turns, desc="eval after")
+            write_trajectories(os.path.join(cfg.out, "eval_after", "trajectories.jsonl"), episodes)
             print(f"eval before: success {summary.get('eval_before', {}).get('success_rate', float('nan')):.3f}"
                   f"  after: success {summary['eval_after']['success_rate']:.3f}")
     finally:
@@ -254,6 +268,7 @@ def train(cfg: Config) -> dict:
     with open(summary_path, "w") as f:
         json.dump(summary, f, indent=2)
     plot_curves(metrics_path, os.path.join(cfg.out, "curves.png"))
+    print("report:", view.write_report([cfg.out], os.path.join(cfg.out, "report.html")))
     return summary
 
 

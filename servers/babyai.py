@@ -12,9 +12,17 @@ blue door 1`) that this server carries out by planning a shortest path (breadth-
 position and heading). Every primitive step counts against the level's own step budget; the
 episode ends on success (reward 1 - 0.9 * steps / budget, as BabyAI gives it) or when the budget
 is spent. `score` is the reward so far, which AgentGym's client uses as the episode's reward.
+
+Pictures, for people (off by default, so training pays nothing): an instance created with
+`POST /create {"render": true}` adds `frame`, the real minigrid frame of the whole grid (the
+agent's field of view highlighted) as a PNG data URL, to every /reset and /step answer;
+`GET /render?id=N` returns `{"frame": ...}` for any instance. `view.py` shows them per turn.
 """
 
+import base64
 import re
+import struct
+import zlib
 from collections import deque
 
 import gymnasium as gym
@@ -43,6 +51,21 @@ LEVELS = [
 LEFT, RIGHT, FORWARD, PICKUP, DROP, TOGGLE = 0, 1, 2, 3, 4, 5  # minigrid's action numbers
 DIRS = [(1, 0), (0, 1), (-1, 0), (0, -1)]  # heading 0..3 -> (dx, dy): east, south, west, north
 CHECK = "check available actions"
+TILE = 16  # pixels per grid cell in a frame: 128 x 128 for an 8 x 8 room
+
+
+def png_data_url(rgb) -> str:
+    """(H, W, 3) uint8 -> "data:image/png;base64,...": a plain PNG (filter 0 on every row, zlib),
+    so the server needs no image library."""
+    h, w, _ = rgb.shape
+    raw = b"".join(b"\x00" + rgb[y].tobytes() for y in range(h))
+
+    def chunk(tag: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
+
+    png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+           + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b""))
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
 def task_of(data_idx: int) -> tuple[str, int]:
@@ -62,7 +85,10 @@ def plural(n: int, word: str) -> str:
 class BabyAIText:
     """One BabyAI episode at a time, seen and driven through text."""
 
-    def __init__(self):
+    def __init__(self, render: bool = False):
+        if not isinstance(render, bool):
+            raise EnvError(f"render must be true or false, got {render!r}")
+        self.render = render  # add `frame` to every answer
         self.levels: dict[str, gym.Env] = {}  # made once per level, reused across resets
         self.env = None
         self.actions: dict[str, list[int]] = {}  # available action -> its primitive steps
@@ -110,6 +136,12 @@ class BabyAIText:
     def observation(self) -> str:
         return self.last
 
+    def frame(self) -> str:
+        """The whole grid as minigrid draws it, the agent's view highlighted, as a PNG data URL."""
+        if self.env is None:
+            raise EnvError("reset the instance before rendering it")
+        return png_data_url(self.env.unwrapped.get_frame(highlight=True, tile_size=TILE))
+
     def close(self) -> None:
         for env in self.levels.values():
             env.close()
@@ -117,6 +149,8 @@ class BabyAIText:
 
     def answer(self, reward: float, note: str = "", **extra) -> dict:
         obs = f"{note}\n{self.last}" if note else self.last
+        if self.render:
+            extra["frame"] = self.frame()
         return {"observation": obs, "reward": reward, "score": self.score, "done": self.done,
                 "available_actions": list(self.actions), **extra}
 
@@ -225,6 +259,11 @@ class BabyAIText:
 
 
 app = build_app("BabyAI", BabyAIText)
+
+
+@app.get("/render")
+def render(id: int):
+    return {"frame": app.state.table.call(id, "frame")}
 
 if __name__ == "__main__":
     serve(app, description="BabyAI text environment server (AgentGym protocol)")

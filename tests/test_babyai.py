@@ -129,6 +129,54 @@ def test_bad_requests_get_4xx_json(server):
     assert requests.post(u + "/reset", json={"env_idx": iid, "data_idx": 1}).status_code == 200  # AgentGym's name
 
 
+def _png(data_url: str):
+    import base64
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    assert data_url.startswith("data:image/png;base64,")
+    return np.asarray(Image.open(io.BytesIO(base64.b64decode(data_url.split(",", 1)[1]))).convert("RGB"))
+
+
+def test_frames_are_off_by_default(server):
+    c = EnvClient(server.url)
+    iid = c.create()
+    assert "frame" not in c.reset(iid, 4) and "frame" not in c.step(iid, "turn left")
+
+
+def test_render_field_is_the_real_minigrid_frame_at_every_answer(server):
+    """With {"render": true} at /create, /reset and /step carry the frame minigrid itself draws
+    (decoded pixel for pixel), and it follows the agent's moves."""
+    import gymnasium as gym
+    import numpy as np
+
+    from servers.babyai import TILE
+
+    iid = requests.post(server.url + "/create", json={"render": True}).json()["id"]
+    c = EnvClient(server.url)
+    level, seed = task_of(4)
+    r = c.reset(iid, 4)
+    env = gym.make(level)
+    env.reset(seed=seed)
+    want = env.unwrapped.get_frame(highlight=True, tile_size=TILE)
+    got = _png(r["frame"])
+    assert got.shape == want.shape == (env.unwrapped.height * TILE, env.unwrapped.width * TILE, 3)
+    assert np.array_equal(got, want)
+    r2 = c.step(iid, "turn left")
+    env.step(0)  # minigrid's turn left
+    assert np.array_equal(_png(r2["frame"]), env.unwrapped.get_frame(highlight=True, tile_size=TILE))
+    assert not np.array_equal(_png(r2["frame"]), got)
+    # GET /render works on any instance, and refuses politely before a reset or with a bad flag
+    plain = c.create()
+    assert requests.get(server.url + "/render", params={"id": plain}).status_code == 400
+    c.reset(plain, 4)
+    assert np.array_equal(_png(requests.get(server.url + "/render", params={"id": plain}).json()["frame"]), want)
+    assert requests.post(server.url + "/create", json={"render": "yes"}).status_code == 400
+    assert requests.get(server.url + "/render", params={"id": 9999}).status_code == 404
+
+
 def test_splits_never_overlap():
     for spec in ENVS.values():
         if "train" in spec.splits and "test" in spec.splits:

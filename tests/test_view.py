@@ -1,0 +1,271 @@
+"""view.py: the HTML report, read back in a real browser (headless Chromium through Playwright).
+
+The inputs are written here in the shapes eval.py and train.py write, with hostile agent text,
+an unparsed reply, a refused action, BabyAI frames, a malformed line and a truncated last line.
+"""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import view
+from servers.babyai import png_data_url
+
+HOSTILE = '</script><script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2"><!--'
+FRAME = png_data_url(np.tile(np.arange(16, dtype=np.uint8)[:, None, None] * 16, (1, 16, 3)))  # 16x16
+
+
+def traj(task, success, actions, observations, category="BabyAI-GoToObjS6-v1", done=None, frames=None):
+    """A record as eval.py writes it: the conversation holds the first observation, each reply and
+    each observation that came back before the episode ended."""
+    done = success if done is None else done
+    conv = []
+    for k, a in enumerate(actions):
+        conv.append({"role": "user", "content": observations[k]})
+        conv.append({"role": "assistant", "content": f"Thought: I try this.\nAction: {a}" if a else "I am not sure."})
+    if not done:  # the last observation is context for a next turn only when the episode goes on
+        conv.append({"role": "user", "content": observations[len(actions)]})
+    rec = {"task": task, "category": category, "success": success, "reward": 0.9 if success else 0.0,
+           "score": 0.9 if success else 0.0, "turns": len(actions), "done": done,
+           "error": "", "actions": actions, "rewards": [0.0] * (len(actions) - 1) + [0.9 if success else 0.0],
+           "conversation": conv, "observations": observations}
+    if frames:
+        rec["frames"] = frames
+    return rec
+
+
+def episodes():
+    return [
+        traj(4, True, ["go to red ball 1"], ["You see a red ball 1. Goal: go to the red ball.", "The task is completed."],
+             frames=[FRAME, FRAME]),
+        traj(44, False, ["turn left", "fly away"], ["obs a", "obs b", '"fly away" is not an available action; choose'],
+             done=False),
+        traj(84, False, ["", "turn right"], [HOSTILE, "obs " + HOSTILE, "obs c"], category="BabyAI-GoToRedBall-v0",
+             done=False),
+        traj(124, True, ["pickup key 1", "go to door 1"], ["o1", "o2", "The task is completed."]),
+        traj(164, False, ["move forward"], ["o1", "o2"], category="BabyAI-GoToRedBall-v0", done=False),
+    ]
+
+
+def write_run(folder, eps, bad_lines=True, summary=None):
+    os.makedirs(folder, exist_ok=True)
+    lines = [json.dumps(e) for e in eps]
+    if bad_lines:
+        lines.insert(2, '{"task": 999, "success": tru')  # line 3: malformed
+        lines.append(json.dumps(eps[0])[:40])  # a truncated last line (a crash while writing)
+    with open(os.path.join(folder, "trajectories.jsonl"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    if summary is not None:
+        with open(os.path.join(folder, "summary.json"), "w") as f:
+            json.dump(summary, f)
+    return folder
+
+
+# --- reading, without a browser ------------------------------------------------------------------
+
+def test_a_malformed_or_truncated_line_is_named_and_the_rest_is_read(tmp_path):
+    run = write_run(str(tmp_path / "ev"), episodes())
+    rows, problems = view.read_jsonl(os.path.join(run, "trajectories.jsonl"))
+    assert len(rows) == 5
+    assert len(problems) == 2
+    assert "line 3:" in problems[0] and "not valid JSON" in problems[0]
+    assert "line 7:" in problems[1] and "last line" in problems[1] and "last line" not in problems[0]
+
+
+def test_turns_show_the_reply_the_action_and_what_the_environment_did():
+    system, turns = view.turns_of(episodes()[1])
+    assert [t["status"] for t in turns] == ["ok", "refused"]
+    assert turns[1]["reply"].endswith("Action: fly away") and turns[1]["action"] == "fly away"
+    assert turns[0]["observation"] == "obs a" and turns[0]["after"] == "obs b"
+    assert [t["done"] for t in turns] == [False, False]
+    _, turns = view.turns_of(episodes()[2])
+    assert turns[0]["status"] == "unparsed"  # no action could be read from the reply
+    _, turns = view.turns_of(episodes()[0])
+    assert turns[0]["done"] and turns[0]["frame"] == FRAME and turns[0]["frame_after"] == FRAME
+    ep = view.episode(episodes()[4], "s")
+    assert ep["truncated"] and not ep["done"]
+
+
+def test_a_record_with_only_some_fields_still_loads():
+    ep = view.episode({"task": 3, "conversation": [{"role": "user", "content": "hello"}]}, "s")
+    assert ep["task"] == 3 and ep["turns"] == 0 and ep["steps"][0]["observation"] == "hello"
+    ep = view.episode({"actions": ["a", "b"]}, "s")
+    assert ep["turns"] == 2 and [t["action"] for t in ep["steps"]] == ["a", "b"]
+    ep = view.episode({"frames": ["javascript:alert(1)"], "actions": ["a"]}, "s")
+    assert ep["steps"][0]["frame"] == ""  # only PNG data URLs become pictures
+
+
+def test_untrusted_text_cannot_close_the_script_or_open_a_tag(tmp_path):
+    run = write_run(str(tmp_path / "ev"), episodes())
+    out = view.main([run, "--out", str(tmp_path / "r.html")])
+    html = open(out).read()
+    assert html.count("</script>") == 2  # the data block's and the code's own
+    assert "<img src=x" not in html and "window.__pwned" in html  # the text is there, escaped
+    data = html.split('<script id="data" type="application/json">')[1].split("</script>")[0]
+    assert json.loads(data)["sets"][0]["episodes"][2]["steps"][0]["observation"] == HOSTILE
+
+
+# --- in the browser ------------------------------------------------------------------------------
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions"]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    pw_api = pytest.importorskip("playwright.sync_api")
+    if not os.path.exists(CHROMIUM) and not shutil.which("chromium"):
+        pytest.skip("needs Chromium (apt-get install -y chromium)")
+    pw = pw_api.sync_playwright().start()
+    b = pw.chromium.launch(executable_path=CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium"),
+                           headless=True, args=ARGS)
+    yield b
+    b.close()
+    pw.stop()
+
+
+def open_page(browser, path):
+    """A page on the report, collecting console errors, page errors and any network request."""
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    page.errors, page.requests = [], []
+    page.on("console", lambda m: page.errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: page.errors.append(str(e)))
+    page.on("request", lambda r: page.requests.append(r.url) if not r.url.startswith(("file:", "data:")) else None)
+    page.goto("file://" + os.path.abspath(path))
+    return page
+
+
+def test_report_in_chromium_table_filter_episode_view(browser, tmp_path):
+    eps = episodes()
+    run = write_run(str(tmp_path / "ev"), eps, summary={"success_rate": 0.4, "pass_at_k": {"1": 0.4, "2": 0.6, "4": 0.7},
+                   "by_category": {c: {"pass_at_k": {"1": 0.3, "2": 0.5, "4": 0.6}} for c in ("A", "B")}})
+    out = view.main([run])
+    assert out == os.path.join(run, "report.html")
+    page = open_page(browser, out)
+    page.evaluate("location.hash = '#episodes'")
+    assert page.inner_text("#count") == "5 of 5 episodes"  # both bad lines skipped, the rest shown
+    assert page.locator("#episodes tbody tr").count() == 5
+    problems = page.inner_text("#problems")
+    assert "line 3:" in problems and "line 7:" in problems
+    page.select_option("#f-outcome", "success")
+    assert page.inner_text("#count") == "2 of 5 episodes"
+    page.select_option("#f-outcome", "")
+    page.select_option("#f-category", "BabyAI-GoToRedBall-v0")
+    assert page.inner_text("#count") == "2 of 5 episodes"
+    page.select_option("#f-category", "")
+    page.click("#episodes th[data-key=score]")  # sort by score, ascending, then descending
+    assert page.locator("#episodes tbody tr td:nth-child(5)").all_inner_texts() == ["0", "0", "0", "0.900", "0.900"]
+    page.click("#episodes th[data-key=task]")
+    page.click("#episodes th[data-key=task]")
+    assert page.locator("#episodes tbody tr td:nth-child(2)").all_inner_texts() == ["164", "124", "84", "44", "4"]
+    page.fill("#f-text", "fly away")
+    assert page.inner_text("#count") == "1 of 5 episodes"
+    page.click("#episodes tbody tr")  # the refused one
+    assert page.is_visible("#episode-view") and not page.is_visible("#episodes-view")
+    assert page.locator(".turn").count() == 2
+    assert page.locator(".turn mark").all_inner_texts() == ["turn left", "fly away"]
+    assert "refused by the environment" in page.locator(".turn").nth(1).inner_text()
+    page.screenshot(path=str(tmp_path / "episode.png"), full_page=True)
+    # the hostile episode: its text is shown as text, nothing of it ran, the unparsed turn is marked
+    page.evaluate("location.hash = '#episode-2'")
+    assert HOSTILE in page.locator(".turn .obs").first.inner_text()
+    assert "did not parse" in page.locator(".turn").first.inner_text()
+    assert page.evaluate("window.__pwned") is None
+    # the BabyAI episode shows its grid before the turn and after the last one
+    page.evaluate("location.hash = '#episode-0'")
+    assert page.locator(".turn img").count() == 2
+    assert page.evaluate("document.querySelector('.turn img').naturalWidth") == 16
+    page.evaluate("location.hash = '#overview'")
+    assert page.locator("#passk svg").count() == 2  # overall, and one curve per category
+    assert page.locator("#passk svg").nth(1).locator("polyline").count() == 2
+    page.screenshot(path=str(tmp_path / "overview.png"), full_page=True)
+    assert os.path.getsize(tmp_path / "overview.png") > 1000
+    assert page.errors == [] and page.requests == []
+
+
+def test_training_run_curves_rollouts_and_before_after_comparison(browser, tmp_path):
+    run = tmp_path / "train"
+    eps = episodes()
+    before = [dict(e, success=e["task"] == 124) for e in eps]
+    after = [dict(e, success=e["task"] != 124) for e in eps]  # 4 tasks gained, task 124 lost
+    write_run(str(run / "eval_before"), before, bad_lines=False)
+    write_run(str(run / "eval_after"), after, bad_lines=False)
+    os.makedirs(run / "rollouts")
+    for step in (2, 4):
+        with open(run / "rollouts" / f"step_{step:06d}.jsonl", "w") as f:
+            f.write("\n".join(json.dumps(e) for e in eps[:step]) + "\n")
+    keys = ["charts/success", "charts/reward", "charts/turns", "losses/kl", "losses/entropy", "losses/clipfrac"]
+    with open(run / "metrics.jsonl", "w") as f:
+        for step in range(1, 5):
+            f.write(json.dumps({"step": step, "horizon": 3 if step <= 2 else 5, **{k: step / 10 for k in keys}}) + "\n")
+        f.write('{"step": 5, "charts/succ')  # the run was killed mid-line
+    with open(run / "summary.json", "w") as f:
+        json.dump({"config": {"steps": 4}, "eval_before": {"success_rate": 0.0}, "eval_after": {"success_rate": 0.6}}, f)
+    out = view.main([str(run), "--out", str(tmp_path / "r.html")])
+    page = open_page(browser, out)
+    page.evaluate("location.hash = '#training'")
+    charts = page.locator("#training-view svg.chart")
+    assert charts.count() == 7  # the six keys and the horizon
+    assert charts.first.locator("polyline").get_attribute("points").count(",") == 4  # four steps drawn
+    assert page.locator("#training-view table tr").count() == 3  # header + steps 2 and 4
+    page.evaluate("location.hash = '#compare'")
+    text = page.inner_text("#cmp-counts")
+    assert "5 shared tasks" in text and "(B better): 4" in text and "(B worse): 1" in text
+    page.evaluate("location.hash = '#episodes'")
+    assert page.inner_text("#count") == f"{5 + 5 + 2 + 4} of 16 episodes"
+    assert "line 5:" in page.inner_text("#problems")
+    page.screenshot(path=str(tmp_path / "training.png"), full_page=True)
+    assert page.errors == [] and page.requests == []
+
+
+# --- end to end: what eval.py and train.py write, viewed ------------------------------------------
+
+def test_eval_with_render_records_a_frame_per_observation_and_writes_its_report(browser, tmp_path):
+    import eval as evaluation
+
+    out = tmp_path / "ev"
+    evaluation.main(["--model", "tiny", "--task-ids", "4,44", "--n-samples", "2", "--max-turns", "3",
+                     "--render", "true", "--out", str(out)])
+    lines = [json.loads(x) for x in open(out / "trajectories.jsonl")]
+    assert len(lines) == 4
+    for t in lines:
+        assert len(t["observations"]) == len(t["frames"]) == t["turns"] + 1
+        assert all(view.DATA_URL.fullmatch(f) for f in t["frames"])
+    table = open(out / "summary.md").read()
+    assert "| all " in table and "k=1" in table and "k=2" in table
+    page = open_page(browser, out / "report.html")
+    page.evaluate("location.hash = '#episodes'")
+    assert page.inner_text("#count") == "4 of 4 episodes"
+    page.click("#episodes tbody tr")
+    assert page.locator(".turn").count() == lines[0]["turns"]
+    assert page.locator(".turn img").count() == lines[0]["turns"] + 1  # before each turn, after the last
+    assert page.evaluate("document.querySelector('.turn img').naturalWidth") > 0
+    page.screenshot(path=str(tmp_path / "babyai.png"), full_page=True)
+    assert page.errors == []
+
+
+def test_training_run_with_saved_rollouts_has_curves_samples_and_before_after(browser, tmp_path):
+    from train import Config, train
+
+    assert Config().save_rollouts_every == 0  # off by default
+    train(Config(steps=2, tasks_per_step=2, group_size=2, minibatch_size=4, eval_episodes=3, rounds="2,3",
+                 steps_per_stage=1, out=str(tmp_path), save_every=2, save_rollouts_every=1))
+    for step in (1, 2):
+        rows = [json.loads(x) for x in open(tmp_path / "rollouts" / f"step_{step:06d}.jsonl")]
+        assert len(rows) == 4 and {r["step"] for r in rows} == {step}
+    for key in ("eval_before", "eval_after"):
+        assert len(open(tmp_path / key / "trajectories.jsonl").readlines()) == 3
+    page = open_page(browser, tmp_path / "report.html")
+    page.evaluate("location.hash = '#training'")
+    assert page.locator("#training-view svg.chart").count() >= 8
+    assert page.locator("#training-view table tr").count() == 3  # header + steps 1 and 2
+    page.evaluate("location.hash = '#compare'")
+    assert page.locator("#cmp-a").input_value() != page.locator("#cmp-b").input_value()
+    assert "3 shared tasks" in page.inner_text("#cmp-counts")
+    page.evaluate("location.hash = '#episodes'")
+    assert page.inner_text("#count") == "14 of 14 episodes"
+    assert page.errors == []
