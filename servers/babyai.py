@@ -258,7 +258,7 @@ class BabyAIText:
         return None
 
 
-app = build_app("BabyAI", BabyAIText)
+app = build_app("BabyAI", BabyAIText, create_keys=("render",))
 
 
 @app.get("/render")
