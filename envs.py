@@ -13,7 +13,10 @@ environment code never blocks or crashes the learner.
                 and every answer read into one shape: AgentGym's answers lack `available_actions`,
                 so they are read from the observation text where it lists them.
     EnvPool     many instances stepped concurrently: one HTTP round trip per live episode per
-                turn, all in flight at once on a thread pool.
+                turn, all in flight at once on a thread pool. A failed request ends that episode
+                with `error` set (the trainer leaves such episodes out); the instance it drops is
+                closed on the server, so that failures never leak instances (JVMs, browsers).
+    open_pool   a pool on a fresh local server, or on `--url` after checking that it answers.
     ENVS        per environment: its server module, named task splits (train and test never
                 overlap), how to read an action out of a reply, the instruction given to the agent.
 """
@@ -318,13 +321,31 @@ def _exit_on_sigterm():
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every process below `pid` (Linux /proc)."""
+    children: dict[int, list[int]] = {}
+    for stat in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if stat.isdigit():
+            try:
+                ppid = int(open(f"/proc/{stat}/stat").read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(stat))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
 class EnvServer:
     """`python -m <module> --port P` as a child process on loopback."""
 
     def __init__(self, module: str, port: int | None = None, startup_timeout: float = 120.0,
-                 log_path: str | None = None):
+                 log_path: str | None = None, args: list[str] | None = None):
         self.module, self.port, self.startup_timeout = module, port, startup_timeout
-        self.log_path = log_path
+        self.log_path, self.args = log_path, list(args or [])  # args: e.g. ["--max-instances", "8"]
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -335,7 +356,7 @@ class EnvServer:
         self.port = self.port or free_port()
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", self.module, "--port", str(self.port)],
+            [sys.executable, "-m", self.module, "--port", str(self.port), *self.args],
             cwd=ROOT, stdout=log, stderr=log if self.log_path else subprocess.DEVNULL,
             preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
         )
@@ -367,12 +388,18 @@ class EnvServer:
         if self.proc is None:
             return
         if self.proc.poll() is None:
-            self.proc.terminate()
+            self.proc.terminate()  # the server closes its instances (and ends itself if that hangs)
             try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:  # never expected: take its children with it
+                children = _descendants(self.proc.pid)
                 self.proc.kill()
                 self.proc.wait()
+                for pid in children:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except OSError:
+                        pass
         self.proc = None
         atexit.unregister(self.stop)
 
@@ -453,10 +480,11 @@ class EnvClient:
         r.raise_for_status()
         return r.json()
 
-    def close(self, iid: int) -> None:
+    def close(self, iid: int, timeout: float | None = None) -> None:
         try:
-            self._post("/close", {self.key: iid})
-        except (requests.RequestException, RuntimeError):
+            r = self.session.post(self.url + "/close", json={self.key: iid}, timeout=timeout or self.timeout)
+            r.close()
+        except requests.RequestException:
             pass  # closing is best effort: the server may already be gone
 
 
@@ -484,7 +512,9 @@ class EnvPool:
         try:
             return fn()
         except (requests.RequestException, RuntimeError, ValueError) as e:
-            self.ids[slot] = None  # recreate at the next reset
+            dropped, self.ids[slot] = self.ids[slot], None  # recreate at the next reset ...
+            if dropped is not None:  # ... and free this one on the server (if it is still there)
+                self.clients[slot].close(dropped, timeout=5.0)
             return {"observation": f"[environment error: {e}]", "reward": 0.0, "score": 0.0,
                     "done": True, "error": str(e)}
 
@@ -514,12 +544,24 @@ class EnvPool:
         self.executor.shutdown(wait=False)
 
 
+def check_server(url: str, timeout: float = 10.0) -> None:
+    """A clear error, before anything else runs, when nothing answers at `url`."""
+    try:
+        r = requests.get(url.rstrip("/") + "/", timeout=timeout)
+    except requests.RequestException as e:
+        raise RuntimeError(f"no environment server answers at {url} ({type(e).__name__}); start one "
+                           "(e.g. python -m servers.babyai --port 36001) or leave out --url") from None
+    if r.status_code >= 500:
+        raise RuntimeError(f"the environment server at {url} answers GET / with {r.status_code}")
+
+
 def open_pool(env: str, size: int, url: str | None = None, log_path: str | None = None,
               create: dict | None = None) -> EnvPool:
-    """A pool for `env`: on the server at `url` if given, else on a fresh local server process.
-    `create`: extra fields of POST /create (e.g. BabyAI's {"render": true})."""
+    """A pool for `env`: on the server at `url` if given (checked first), else on a fresh local
+    server process. `create`: extra fields of POST /create (e.g. BabyAI's {"render": true})."""
     spec = ENVS[env]
     if url:
+        check_server(url)
         return EnvPool(url=url, size=size, spec=spec, create=create)
     server = EnvServer(spec.module, log_path=log_path).start()
     return EnvPool(server=server, size=size, spec=spec, create=create)

@@ -12,6 +12,10 @@ trajectory to <out>/trajectories.jsonl (conversation, observations, actions, per
 outcome; with `--render true` on BabyAI a picture of every observation) and <out>/report.html,
 view.py's report of it all. pass@k is the unbiased estimator of Chen et al. (2021):
 1 - C(n-c, k) / C(n, k) per task, averaged, for k = 1, 2, 4, ... up to n samples.
+
+An episode that ended in an environment error (a crashed server, a time-out) is not a failure of
+the agent: the rates are computed over the other episodes, and `errors` counts these (each is in
+trajectories.jsonl with its `error`). A `--url` that does not answer is an error before anything runs.
 """
 
 import json
@@ -21,11 +25,12 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
+from tqdm import tqdm
 
 import view
 from agent import Policy, rollout
 from config import AgentConfig, load_agent, parse, resolve_device
-from envs import ENVS, EnvPool, EnvSpec, close_pool, open_pool
+from envs import ENVS, EnvPool, EnvSpec, check_server, close_pool, open_pool
 
 
 @dataclass
@@ -62,10 +67,18 @@ def pass_at_ks(trajs, ks: list[int]) -> dict[str, float]:
     by_task = defaultdict(list)
     for t in trajs:
         by_task[t.task].append(t.success)
-    return {str(k): float(np.mean([pass_at_k(len(v), sum(v), k) for v in by_task.values()])) for k in ks}
+    # (a task that lost samples to environment errors counts only for k up to what it has left)
+    return {str(k): float(np.mean([pass_at_k(len(v), sum(v), k) for v in by_task.values() if len(v) >= k]
+                                  or [0.0])) for k in ks}
 
 
 def summarise(trajs, n_samples: int) -> dict:
+    """Rates over the episodes that did not end in an environment error; `errors` counts those."""
+    errors = sum(bool(t.error) for t in trajs)
+    if errors:
+        tqdm.write(f"warning: {errors} of {len(trajs)} episodes ended in an environment error and are left "
+                   f"out of the rates (first: {next(t.error for t in trajs if t.error)[:200]})")
+    trajs = [t for t in trajs if not t.error]
     by_task = defaultdict(list)
     for t in trajs:
         by_task[t.task].append(t)
@@ -77,7 +90,7 @@ def summarise(trajs, n_samples: int) -> dict:
         "avg_reward": float(np.mean([t.reward for t in trajs])) if trajs else 0.0,
         "avg_turns": float(np.mean([t.turns for t in trajs])) if trajs else 0.0,
         "pass_at_k": pass_at_ks(trajs, ks),
-        "errors": sum(bool(t.error) for t in trajs),
+        "errors": errors,
     }
     cats = defaultdict(list)
     for t in trajs:
@@ -165,6 +178,8 @@ def describe_tasks(cfg: EvalConfig, n: int) -> str:
 
 def main(argv=None):
     cfg = parse(EvalConfig, argv, description="Evaluate an agent on an environment's tasks.")
+    if cfg.url:
+        check_server(cfg.url)  # a dead --url is a clear error before anything else runs
     import torch
 
     torch.manual_seed(cfg.seed)

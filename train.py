@@ -16,6 +16,13 @@ and writes both to <out>/summary.json (`eval_before`, `eval_after`, same keys as
 episodes to <out>/eval_before/ and <out>/eval_after/, and at the end <out>/report.html (view.py:
 learning curves, the episodes, which test tasks flipped; `--save-rollouts-every N` adds every
 Nth step's rollouts, <out>/rollouts/step_N.jsonl).
+
+Faults: an episode that ended in an environment error (a crashed server, a time-out) has no
+outcome the policy earned, so it is left out of the update, counted (`charts/env_errors`) and
+warned about; MAX_FAILED_STEPS steps in a row with no usable episode stop the run. A `--url` that
+does not answer stops the run before anything else. A checkpoint is written to a temporary folder
+and renamed into place, the previous one kept as `checkpoint.prev`, so a kill while saving never
+leaves a half-written checkpoint; `--resume` trims metrics.jsonl back to the checkpoint's step.
 """
 
 import dataclasses
@@ -23,6 +30,7 @@ import glob
 import json
 import os
 import random
+import shutil
 import time
 from dataclasses import dataclass
 
@@ -40,7 +48,7 @@ from agent import rollout
 from algorithm import load_state, save_state
 from batch import make_batch, token_logprobs
 from config import AgentConfig, load_agent, parse, resolve_device
-from envs import ENVS, close_pool, open_pool
+from envs import ENVS, check_server, close_pool, open_pool
 from eval import evaluate, write_trajectories
 from scaling_inter import staged
 
@@ -52,6 +60,7 @@ ALGOS = {
     "reinforce_pp": reinforce_pp.REINFORCE_PP,
 }
 REAL_MODEL_LR = 1e-6  # the paper's; the tiny policy's is tiny.LR
+MAX_FAILED_STEPS = 3  # consecutive steps whose every episode hit an environment error: give up
 
 
 @dataclass
@@ -142,7 +151,21 @@ def set_rng_state(s: dict):
     torch.set_rng_state(s["torch"])
 
 
+def usable(trajs: list, step: int) -> list:
+    """The episodes the update may learn from: those that did not end in an environment error.
+    Such an episode's reward 0 says nothing about the policy (the server crashed or timed out);
+    trained on, it would get a negative advantage for the environment's fault."""
+    ok = [t for t in trajs if not t.error]
+    if len(ok) < len(trajs):
+        first = next(t.error for t in trajs if t.error)
+        tqdm.write(f"warning: step {step}: {len(trajs) - len(ok)} of {len(trajs)} episodes ended in an "
+                   f"environment error and are left out of the update (first: {first[:200]})")
+    return ok
+
+
 def train(cfg: Config) -> dict:
+    if cfg.url:
+        check_server(cfg.url)  # a dead --url is a clear error before anything else runs
     os.makedirs(cfg.out, exist_ok=True)
     seed_everything(cfg.seed)
     spec = ENVS[cfg.env]
@@ -150,6 +173,8 @@ def train(cfg: Config) -> dict:
     device = resolve_device(cfg.device)
     accelerator = Accelerator(mixed_precision=cfg.mixed_precision, cpu=device == "cpu")
 
+    if cfg.resume:
+        cfg.resume = checkpoint_folder(cfg.resume)
     saved = torch.load(os.path.join(cfg.resume, "state.pt"), weights_only=False) if cfg.resume else None
     policy = load_agent(cfg, accelerator.device, model=cfg.resume or None)
     ref_path = saved["ref_path"] if saved else policy.path  # the run's starting weights
@@ -194,12 +219,23 @@ def train(cfg: Config) -> dict:
         for old in [metrics_path] + glob.glob(os.path.join(rollouts_dir, "step_*.jsonl")):
             if os.path.exists(old):
                 os.remove(old)
+    else:  # a resumed run: what came after the checkpoint is run again
+        if os.path.exists(metrics_path):
+            keep = [ln for ln in open(metrics_path) if ln.strip() and json.loads(ln)["step"] <= saved["step"]]
+            with open(metrics_path, "w") as f:
+                f.writelines(keep)
+        for old in glob.glob(os.path.join(rollouts_dir, "step_*.jsonl")):
+            if int(os.path.basename(old)[5:-6]) > saved["step"]:
+                os.remove(old)
+    failed_steps = 0
     try:
         if n_eval and start == 1:
             summary["eval_before"], episodes = evaluate(policy, pool, spec, test_tasks, cfg.eval_samples,
                                                         eval_turns, desc="eval before")
             write_trajectories(os.path.join(cfg.out, "eval_before", "trajectories.jsonl"), episodes)
-            print(f"eval before: success {summary['eval_before']['success_rate']:.3f}")
+            print(f"eval before: success {summary['eval_before']['success_rate']:.3f}"
+                  + (f" ({summary['eval_before']['errors']} episodes with environment errors left out)"
+                     if summary['eval_before']['errors'] else ""))
         bar = tqdm(range(start, cfg.steps + 1), desc=f"{cfg.algo} on {cfg.env}", initial=start - 1, total=cfg.steps)
         for step in bar:
             t0 = time.time()
@@ -209,6 +245,15 @@ def train(cfg: Config) -> dict:
             trajs = rollout(policy, pool, spec, [t for t in tasks for _ in range(cfg.group_size)], horizon,
                             groups=[g for g in range(len(tasks)) for _ in range(cfg.group_size)])
             t_roll = time.time() - t0
+            episodes, trajs = trajs, usable(trajs, step)  # all of them (saved), those that train
+            n_errors = len(episodes) - len(trajs)
+            failed_steps = failed_steps + 1 if not trajs else 0
+            if failed_steps >= MAX_FAILED_STEPS:
+                raise RuntimeError(f"every episode of the last {failed_steps} steps ended in an environment "
+                                   f"error; is the environment server at {pool.url} working?")
+            if not trajs:  # nothing to learn from this step; the pool restarts a crashed server
+                log_metrics(metrics_path, writer, {"step": step, "horizon": horizon, "charts/env_errors": n_errors})
+                continue
             batch = make_batch(trajs, policy.tokenizer.pad_token_id, policy.model.config.vocab_size)
             if ref_model is not None:
                 with torch.no_grad():
@@ -240,21 +285,15 @@ def train(cfg: Config) -> dict:
                 "charts/turns": float(np.mean([t.turns for t in trajs])),
                 "charts/tokens_per_s": gen_tokens / max(t_roll, 1e-9),
                 "charts/seconds_per_step": time.time() - t0,
+                "charts/env_errors": n_errors,  # episodes left out of this step's update
                 **{k: float(np.mean(v)) for k, v in stats.items()},
             }
-            with open(metrics_path, "a") as f:
-                f.write(json.dumps(m) + "\n")
+            log_metrics(metrics_path, writer, m)
             if cfg.save_rollouts_every and step % cfg.save_rollouts_every == 0:
-                write_trajectories(os.path.join(rollouts_dir, f"step_{step:06d}.jsonl"), trajs, step=step)
-            if writer:
-                for k, v in m.items():
-                    if k != "step":
-                        writer.add_scalar(k, v, step)
+                write_trajectories(os.path.join(rollouts_dir, f"step_{step:06d}.jsonl"), episodes, step=step)
             bar.set_postfix(h=horizon, succ=f"{m['charts/success']:.2f}", turns=f"{m['charts/turns']:.1f}")
             if step % cfg.save_every == 0 or step == cfg.steps:
-                save_checkpoint(cfg, accelerator, policy, optimizer, step, ref_path)
-                if state is not None:
-                    save_state(state, os.path.join(cfg.out, "checkpoint"), accelerator.unwrap_model)
+                save_checkpoint(cfg, accelerator, policy, optimizer, step, ref_path, state)
         if n_eval:
             summary["eval_after"], episodes = evaluate(policy, pool, spec, test_tasks, cfg.eval_samples,
                                                        eval_turns, desc="eval after")
@@ -272,13 +311,40 @@ def train(cfg: Config) -> dict:
     return summary
 
 
-def save_checkpoint(cfg, accelerator, policy, optimizer, step, ref_path):
-    path = os.path.join(cfg.out, "checkpoint")
-    os.makedirs(path, exist_ok=True)
-    accelerator.unwrap_model(policy.model).save_pretrained(path)
-    policy.tokenizer.save_pretrained(path)
+def log_metrics(path: str, writer, m: dict) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(m) + "\n")
+    if writer:
+        for k, v in m.items():
+            if k != "step":
+                writer.add_scalar(k, v, m["step"])
+
+
+def save_checkpoint(cfg, accelerator, policy, optimizer, step, ref_path, state=None):
+    """Write <out>/checkpoint.tmp completely, then rename it to <out>/checkpoint, the previous
+    checkpoint becoming <out>/checkpoint.prev: a kill at any moment leaves a complete checkpoint."""
+    final = os.path.join(cfg.out, "checkpoint")
+    tmp, prev = final + ".tmp", final + ".prev"
+    shutil.rmtree(tmp, ignore_errors=True)  # a half-written one from a killed run
+    os.makedirs(tmp)
+    accelerator.unwrap_model(policy.model).save_pretrained(tmp)
+    policy.tokenizer.save_pretrained(tmp)
+    if state is not None:  # the algorithm's own model and optimizer (PPO's critic)
+        save_state(state, tmp, accelerator.unwrap_model)
     torch.save({"step": step, "optimizer": optimizer.state_dict(), "rng": rng_state(),
-                "ref_path": ref_path, "config": dataclasses.asdict(cfg)}, os.path.join(path, "state.pt"))
+                "ref_path": ref_path, "config": dataclasses.asdict(cfg)}, os.path.join(tmp, "state.pt"))
+    if os.path.isdir(final):
+        shutil.rmtree(prev, ignore_errors=True)
+        os.replace(final, prev)
+    os.replace(tmp, final)
+
+
+def checkpoint_folder(path: str) -> str:
+    """`path`, or its `.prev` when a kill between save_checkpoint's two renames left no `path`."""
+    if not os.path.exists(os.path.join(path, "state.pt")) and os.path.exists(os.path.join(path + ".prev", "state.pt")):
+        tqdm.write(f"warning: {path} is missing or incomplete; resuming from {path}.prev")
+        return path + ".prev"
+    return path
 
 
 def plot_curves(metrics_path: str, png: str):
@@ -290,6 +356,7 @@ def plot_curves(metrics_path: str, png: str):
     except ImportError:
         return
     rows = [json.loads(line) for line in open(metrics_path)] if os.path.exists(metrics_path) else []
+    rows = [r for r in rows if "charts/success" in r]  # (a step with no usable episode has none)
     if not rows:
         return
     steps = [r["step"] for r in rows]

@@ -17,11 +17,19 @@ Pictures, for people (off by default, so training pays nothing): an instance cre
 `POST /create {"render": true}` adds `frame`, the real minigrid frame of the whole grid (the
 agent's field of view highlighted) as a PNG data URL, to every /reset and /step answer;
 `GET /render?id=N` returns `{"frame": ...}` for any instance. `view.py` shows them per turn.
+
+Level generation is bounded. minigrid places the agent by rejection sampling in `while True`
+loops; for some seeds no placement is ever accepted (data_idx 304514, SynthS5R2 seed 7612, spun
+forever). Here one generation attempt may place at most MAX_PLACEMENTS objects (30 is the most any
+level needs in 1,200 resets); past that it raises the RecursionError that minigrid's own level loop
+already catches ("rare cases where rejection sampling gets stuck") and the level is drawn again from
+the seed's random stream; after MAX_ATTEMPTS attempts or GEN_SECONDS the reset is a 400 that says so.
 """
 
 import base64
 import re
 import struct
+import time
 import zlib
 from collections import deque
 
@@ -51,6 +59,9 @@ LEVELS = [
 LEFT, RIGHT, FORWARD, PICKUP, DROP, TOGGLE = 0, 1, 2, 3, 4, 5  # minigrid's action numbers
 DIRS = [(1, 0), (0, 1), (-1, 0), (0, -1)]  # heading 0..3 -> (dx, dy): east, south, west, north
 CHECK = "check available actions"
+MAX_PLACEMENTS = 1000  # object placements per level-generation attempt
+MAX_ATTEMPTS = 50  # level-generation attempts per reset
+GEN_SECONDS = 10.0  # time for all of them
 TILE = 16  # pixels per grid cell in a frame: 128 x 128 for an 8 x 8 room
 
 
@@ -71,6 +82,34 @@ def png_data_url(rgb) -> str:
 def task_of(data_idx: int) -> tuple[str, int]:
     """AgentGym's mapping of a task id to (level, seed)."""
     return LEVELS[data_idx % len(LEVELS)], data_idx // len(LEVELS)
+
+
+class LevelGenerationFailed(Exception):
+    """minigrid could not generate the level for this seed within the bounds (not caught by it)."""
+
+
+def bound_generation(env: gym.Env) -> gym.Env:
+    """Wrap this level's placement and mission generation with counters (instance attributes
+    shadow the class's methods; minigrid calls both through `self`)."""
+    u = env.unwrapped
+    place_obj, gen_mission = type(u).place_obj, type(u).gen_mission
+    u._gen = {"placements": 0, "attempts": 0, "start": 0.0}
+
+    def bounded_place_obj(*args, **kwargs):
+        u._gen["placements"] += 1
+        if u._gen["placements"] > MAX_PLACEMENTS:
+            raise RecursionError(f"more than {MAX_PLACEMENTS} placements")  # minigrid retries the level
+        return place_obj(u, *args, **kwargs)
+
+    def bounded_gen_mission():
+        g = u._gen
+        g["placements"], g["attempts"] = 0, g["attempts"] + 1
+        if g["attempts"] > MAX_ATTEMPTS or time.monotonic() - g["start"] > GEN_SECONDS:
+            raise LevelGenerationFailed(f"{g['attempts'] - 1} attempts in {time.monotonic() - g['start']:.1f} s")
+        return gen_mission(u)
+
+    u.place_obj, u.gen_mission = bounded_place_obj, bounded_gen_mission
+    return env
 
 
 def normalise(action: str) -> str:
@@ -102,19 +141,21 @@ class BabyAIText:
             raise EnvError(f"data_idx must be a non-negative integer, got {data_idx!r}")
         level, seed = task_of(data_idx)
         if level not in self.levels:
-            self.levels[level] = gym.make(level)
+            self.levels[level] = bound_generation(gym.make(level))
         self.env = self.levels[level]
-        self.obs, _ = self.env.reset(seed=seed)
+        self.env.unwrapped._gen.update(attempts=0, start=time.monotonic())
+        try:
+            self.obs, _ = self.env.reset(seed=seed)
+        except LevelGenerationFailed as e:
+            self.env = None
+            raise EnvError(f"minigrid could not generate level {level} with seed {seed} (data_idx "
+                           f"{data_idx}): {e}; use another data_idx") from None
         self.score, self.done = 0.0, False
         self.last = self.describe()
         return self.answer(0.0, category=level, seed=seed)
 
     def step(self, action: str) -> dict:
-        if self.env is None:
-            raise EnvError("reset the instance before stepping it")
-        if self.done:
-            return self.answer(0.0, note="The episode is over; reset to start a new one.")
-        act = normalise(action)
+        act = normalise(action)  # (servers/common.py answers a step before reset or after the end)
         if act == CHECK or act.startswith("check"):
             return self.answer(0.0, note="You can take the following actions: " + ", ".join(self.actions))
         if act not in self.actions:
@@ -262,8 +303,9 @@ app = build_app("BabyAI", BabyAIText, create_keys=("render",))
 
 
 @app.get("/render")
-def render(id: int):
-    return {"frame": app.state.table.call(id, "frame")}
+async def render(id: int):
+    return {"frame": await app.state.table.call(id, "frame")}
+
 
 if __name__ == "__main__":
     serve(app, description="BabyAI text environment server (AgentGym protocol)")

@@ -25,43 +25,186 @@ named the instance, `id` (Deep Search's task), else 0. Answers satisfy both: /cr
 `{"id", "env_idx", "observation"}` (or the bare int, where AgentGym's client needs one), /step and
 /reset answers carry `done` and its WebArena name `terminated`.
 
-Errors are JSON: an unknown id is a 404, a malformed body a 422 (FastAPI's validation, or a key
-/create does not take), a bad value a 400, an environment that raised a 500; the server itself keeps
-serving. A server never imports torch.
+A server never imports torch.
+
+What the table does for every environment, so that no environment repeats it:
+  * `step` before any successful `reset` is a 400; `step` after the episode ended answers the last
+    answer again with reward 0 and a note ("The episode is over; reset to start a new one.").
+  * Every environment call runs under a time limit (`--time-limit`, 50 s by default: below the
+    client's 60 s, so that the client reads this server's error rather than its own time-out). A
+    call that overruns is answered with a 504 JSON error, its instance is dropped from the table (its
+    id is a 404 from then on) and closed as soon as the call returns; a call stuck in Python code
+    is interrupted (an exception is raised in its thread). Each call runs on its own thread and the
+    endpoints are coroutines, so requests queued on one busy instance hold no worker thread and
+    never block other instances or `GET /`.
+  * `--max-instances N` caps the live instances: a /create beyond it is a 503 with `Retry-After`.
+  * A /create whose client went away before the answer (its own time-out) is closed at once.
+
+Strictness (decided here, once, for every server; AgentGym's own pydantic models are as strict):
+  * instance ids (`id`, `env_idx`) and numeric task ids (`data_idx`, `idx`) are JSON integers in
+    [0, 2**31): `true`, `1.0`, `null` and larger numbers are a 422; a string (`"3"` included) is a
+    task *name*, never a number (a TextCraft item, a WebArena config): an unknown name is a 400/404.
+    A missing task means task 0 (as AgentGym's servers default it); an explicit `null` does not.
+  * every string in a body must be valid Unicode (a lone surrogate such as "\\ud800" is a 422),
+    an action at most MAX_ACTION_CHARS long; /create takes only the keys build_app names, with the
+    types the environment's constructor gives them (anything else is a 422).
+  * Errors are JSON `{"error": ...}`: an unknown id 404, a malformed body 422, an unreadable one 400,
+    a bad value 400, a full table 503, a time-out 504, an environment that raised 500. No error
+    closes the connection, and no error answer can itself fail (it never echoes the input).
+
+`serve()` also makes the server stoppable by its parent whatever a request is doing: on SIGTERM or
+SIGINT, uvicorn gets SHUTDOWN_GRACE seconds to finish; then the process kills its own child
+processes (JVMs, Chromium) and exits.
 """
 
 import argparse
+import asyncio
 import contextlib
+import ctypes
+import glob
+import inspect
 import itertools
+import json
 import logging
+import math
+import os
+import signal
 import threading
-from typing import Callable
+import time
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Callable
 
 import uvicorn
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, create_model, model_validator
+from starlette.exceptions import HTTPException
 
 log = logging.getLogger("servers")
+
+MAX_ID = 2**31 - 1
+MAX_ACTION_CHARS = 100_000  # a long LLM reply is ~10k characters; anything past this is not an action
+TIME_LIMIT = 50.0  # seconds per environment call (see the docstring)
+SHUTDOWN_GRACE = 8.0  # seconds between SIGTERM and a forced exit
+KEEP_ALIVE = 600  # seconds an idle connection stays open: longer than a policy's turn (see serve)
+RETRY_AFTER = 5  # seconds a client is asked to wait when the table is full
+
+Id = Annotated[int, Strict(), Field(ge=0, le=MAX_ID)]  # a JSON integer, never a bool/float/string
 
 
 class EnvError(Exception):
     """An error the client caused (bad value, unknown task): answered as a 4xx JSON error."""
 
-    def __init__(self, message: str, status: int = 400):
+    def __init__(self, message: str, status: int = 400, headers: dict | None = None):
         super().__init__(message)
-        self.status = status
+        self.status, self.headers = status, headers
 
 
 # ---------------------------------------------------------------------------------------------
-# Request bodies of both dialects (see the table above).
+# Answers that can always be encoded
 # ---------------------------------------------------------------------------------------------
 
 
-class _WithInstance(BaseModel):
+def safe_text(text: str) -> str:
+    """`text` with anything UTF-8 cannot encode (lone surrogates) written as a \\uXXXX escape."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _finite(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
+
+
+class SafeJSONResponse(JSONResponse):
+    """JSON that never fails to render: a lone surrogate is sent escaped, NaN/inf as null."""
+
+    def render(self, content) -> bytes:
+        try:
+            return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
+        except (UnicodeEncodeError, ValueError):
+            return json.dumps(_finite(content), ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode()
+
+
+def error(status: int, message: str, headers: dict | None = None) -> SafeJSONResponse:
+    return SafeJSONResponse(status_code=status, content={"error": safe_text(message)}, headers=headers)
+
+
+def describe_validation(errors: list) -> str:
+    """Pydantic's errors as one line, without the input values (which may not be encodable)."""
+    parts = []
+    for e in errors:
+        loc = ".".join(str(x) for x in e.get("loc", ()) if x != "body") or "body"
+        parts.append(f"{loc}: {e.get('msg', 'invalid')}")
+    return "invalid request: " + "; ".join(parts)
+
+
+class CatchAll:
+    """ASGI middleware: an exception nothing else handled becomes a 500 JSON answer. Starlette's
+    own handler for `Exception` re-raises after answering, which makes uvicorn close the
+    connection; this one answers and returns, so the client's connection stays usable."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def send_(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_)
+        except Exception as exc:
+            log.exception("environment error on %s", scope.get("path"))
+            if started:  # half an answer is out: nothing sensible is left to send
+                raise
+            await error(500, f"{type(exc).__name__}: {exc}")(scope, receive, send)
+
+
+# ---------------------------------------------------------------------------------------------
+# Request bodies. `id` and `env_idx` are the same thing; so are `data_idx` and `idx`.
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_text(value, where: str = "body") -> None:
+    """Every string (and key) in a parsed JSON body must be encodable Unicode."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"{where} holds a lone surrogate (not valid Unicode text)") from None
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _check_text(k, where)
+            _check_text(v, f"{k}" if isinstance(k, str) and k.isascii() else where)
+    elif isinstance(value, list):
+        for v in value:
+            _check_text(v, where)
+
+
+class _Body(BaseModel):
     model_config = ConfigDict(extra="allow")  # AgentGym clients may send extra keys
-    id: int | None = None
-    env_idx: int | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_text(cls, data):
+        _check_text(data)
+        return data
+
+
+class _WithInstance(_Body):
+    id: Id | None = None
+    env_idx: Id | None = None
 
     @model_validator(mode="after")
     def _needs_instance(self):
@@ -75,16 +218,25 @@ class _WithInstance(BaseModel):
         return self.env_idx if self.env_idx is not None else self.id
 
 
+TaskName = Annotated[str, Field(max_length=1000)]
+
+
 class ResetBody(_WithInstance):
-    data_idx: int | str | None = None  # a string names a task (a TextCraft item)
-    idx: int | str | None = None  # WebArena's: the task's config file, `idx`.json
-    seed: int | None = None  # WebArena's; accepted, unused (a task's start is fixed)
+    data_idx: Id | TaskName | None = None  # a string names a task (a TextCraft item)
+    idx: Id | TaskName | None = None  # WebArena's: the task's config file, `idx`.json
+    seed: Annotated[int, Strict()] | None = None  # WebArena's; accepted, unused (a task's start is fixed)
+
+    @model_validator(mode="after")
+    def _no_null_task(self):
+        for name in ("data_idx", "idx"):
+            if name in self.model_fields_set and getattr(self, name) is None:
+                raise ValueError(f"`{name}` is null; give a task id, or leave the key out for task 0")
+        return self
 
     @property
     def task(self) -> int | str:
         if self.data_idx is not None:
-            d = self.data_idx
-            return int(d) if isinstance(d, str) and d.isdigit() else d
+            return self.data_idx  # a string stays a name: "3" is not task 3 (see the docstring)
         if self.idx is not None:
             return str(self.idx)  # AgentGym opens config_files/{idx}.json: a name, not a position
         if self.env_idx is not None and self.id is not None:
@@ -93,62 +245,222 @@ class ResetBody(_WithInstance):
 
 
 class StepBody(_WithInstance):
-    action: str
+    action: Annotated[str, Field(max_length=MAX_ACTION_CHARS)]
 
 
 class CloseBody(_WithInstance):
     pass
 
 
-class CreateBody(BaseModel):
-    model_config = ConfigDict(extra="allow")  # checked against the server's own list in /create
+class CreateBody(_Body):
+    pass  # the keys are checked against build_app's lists, their types against the constructor
+
+
+def create_args(make_env: Callable[..., object]) -> type[BaseModel]:
+    """The /create body the environment's constructor takes: its keyword parameters with their
+    annotated types (a key it does not name is a 422, unless it takes **kwargs)."""
+    fields, extra = {}, "forbid"
+    for p in inspect.signature(make_env).parameters.values():
+        if p.kind == p.VAR_KEYWORD:
+            extra = "allow"
+        elif p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            annotation = Any if p.annotation is p.empty else p.annotation
+            fields[p.name] = (annotation, ... if p.default is p.empty else p.default)
+    return create_model("CreateArgs", __config__=ConfigDict(extra=extra, strict=True), **fields)
 
 
 # ---------------------------------------------------------------------------------------------
-# The instance table: id -> environment, with a lock per instance so that two requests for the
-# same instance never interleave while requests for different instances run in parallel
-# (FastAPI runs plain `def` endpoints in a thread pool).
+# Environment calls under a time limit, each on its own thread
 # ---------------------------------------------------------------------------------------------
+
+
+class CallTimeout(Exception):
+    """An environment call overran its time limit (raised to the awaiting request)."""
+
+
+class _Interrupt(BaseException):
+    """Raised inside a timed-out call's thread; a BaseException, so that an environment's own
+    `except Exception` cannot swallow it."""
+
+
+def _interrupt(thread: threading.Thread) -> None:
+    """Raise _Interrupt in `thread` at its next Python bytecode (a running C call finishes first)."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(_Interrupt))
+
+
+async def run_limited(fn: Callable[[], Any], limit: float, abandoned: Callable[[Any], None] | None = None):
+    """`fn()` on a fresh daemon thread, awaited for at most `limit` seconds. On time-out: raise
+    CallTimeout here, interrupt the thread, and hand whatever `fn` still returns (None if it
+    raised) to `abandoned`, to close it. The awaiting coroutine holds no thread while it waits."""
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    state = {"late": False, "running": True}
+    lock = threading.Lock()
+
+    def settle(ok, value):
+        if not done.done():
+            done.set_result(value) if ok else done.set_exception(value)
+
+    def finish(ok, value):
+        with lock:
+            state["running"] = False
+            late = state["late"]
+        if not late:
+            with contextlib.suppress(RuntimeError):  # the loop is gone (shutting down)
+                loop.call_soon_threadsafe(settle, ok, value)
+        elif abandoned is not None:
+            try:
+                abandoned(value if ok else None)
+            except Exception:  # best effort after a time-out
+                log.exception("cleaning up after a timed-out call")
+
+    def work():
+        try:
+            ok, value = True, fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the awaiting coroutine
+            ok, value = False, e
+        for _ in range(2):  # an interrupt that arrives just after fn returned lands here, once
+            try:
+                return finish(ok, value)
+            except _Interrupt:
+                continue
+
+    thread = threading.Thread(target=work, daemon=True, name="env-call")
+    thread.start()
+    try:
+        return await asyncio.wait_for(asyncio.shield(done), limit)
+    except asyncio.TimeoutError:
+        with lock:
+            late = state["late"] = state["running"]
+        if not late:  # it finished in the same instant: its answer is on the way
+            return await done
+        _interrupt(thread)
+        raise CallTimeout(f"the call did not finish within {limit:g} s") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# The instance table: id -> environment. An asyncio lock per instance keeps two requests for one
+# instance from interleaving; requests for different instances run in parallel.
+# ---------------------------------------------------------------------------------------------
+
+OVER = "The episode is over; reset to start a new one."
+
+
+@dataclass
+class Instance:
+    env: object
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    ready: bool = False  # a reset succeeded: steps are allowed
+    done: bool = False  # the last answer ended the episode
+    last: dict | None = None  # the last reset/step answer
 
 
 class InstanceTable:
-    def __init__(self, make_env: Callable[..., object]):
-        self.make_env = make_env
-        self.envs: dict[int, object] = {}
-        self.locks: dict[int, threading.Lock] = {}
+    def __init__(self, make_env: Callable[..., object], max_instances: int | None = None,
+                 time_limit: float = TIME_LIMIT):
+        self.make_env, self.max_instances, self.time_limit = make_env, max_instances, time_limit
+        self.envs: dict[int, Instance] = {}
         self._ids = itertools.count()
-        self._lock = threading.Lock()
+        self._pending = 0  # creates under way (they count against max_instances)
 
-    def create(self, **kwargs) -> int:
-        env = self.make_env(**kwargs)
-        with self._lock:
-            i = next(self._ids)
-            self.envs[i], self.locks[i] = env, threading.Lock()
+    def __len__(self):
+        return len(self.envs)
+
+    async def create(self, **kwargs) -> int:
+        if self.max_instances is not None and len(self.envs) + self._pending >= self.max_instances:
+            raise EnvError(f"this server holds its maximum of {self.max_instances} instances; close one "
+                           f"or retry later", 503, headers={"Retry-After": str(RETRY_AFTER)})
+        self._pending += 1
+        try:
+            env = await run_limited(lambda: self.make_env(**kwargs), self.time_limit, abandoned=_close_quietly)
+        except CallTimeout:
+            raise EnvError(f"creating an instance took longer than {self.time_limit:g} s; it was "
+                           "abandoned (and will be closed)", 504) from None
+        finally:
+            self._pending -= 1
+        i = next(self._ids)
+        self.envs[i] = Instance(env)
         return i
 
-    def call(self, i: int, method: str, *args):
-        """Run env.method(*args) under the instance's lock; an unknown id is a 404."""
-        with self._lock:
-            if i not in self.envs:
-                raise EnvError(f"no environment instance with id {i}; create one with POST /create", 404)
-            env, lock = self.envs[i], self.locks[i]
-        with lock:
-            return getattr(env, method)(*args)
+    def get(self, i: int) -> Instance:
+        if i not in self.envs:
+            raise EnvError(f"no environment instance with id {i}; create one with POST /create", 404)
+        return self.envs[i]
 
-    def close(self, i: int) -> None:
-        with self._lock:
-            if i not in self.envs:
-                raise EnvError(f"no environment instance with id {i}", 404)
-            env, lock = self.envs.pop(i), self.locks.pop(i)
-        with lock:
-            env.close()
-
-    def close_all(self) -> None:
-        for i in list(self.envs):
+    async def call(self, i: int, method: str, *args):
+        """env.method(*args) under the instance's lock and the time limit; an unknown id is a 404."""
+        inst = self.get(i)
+        start = time.monotonic()
+        try:
+            await asyncio.wait_for(inst.lock.acquire(), self.time_limit)
+        except asyncio.TimeoutError:
+            raise EnvError(f"instance {i} stayed busy with earlier requests for {self.time_limit:g} s; "
+                           "retry later", 503, headers={"Retry-After": str(RETRY_AFTER)}) from None
+        try:
+            if self.envs.get(i) is not inst:  # closed or dropped while this request waited
+                raise EnvError(f"no environment instance with id {i} (it was closed)", 404)
+            if method == "step" and not inst.ready:
+                raise EnvError("reset the instance before stepping it")
+            if method == "step" and inst.done:
+                last = dict(inst.last, reward=0.0, observation=f"{OVER}\n{inst.last.get('observation', '')}")
+                if "available_actions" in last:
+                    last["available_actions"] = []
+                return last
+            if method == "reset":
+                inst.ready = False  # a failed reset leaves nothing to step
+            limit = self.time_limit - (time.monotonic() - start)
             try:
-                self.close(i)
+                answer = await run_limited(lambda: getattr(inst.env, method)(*args), max(limit, 0.1),
+                                           abandoned=lambda _: _close_quietly(inst.env))
+            except CallTimeout:
+                self.envs.pop(i, None)
+                raise EnvError(f"{method} on instance {i} did not finish within {self.time_limit:g} s; the "
+                               "instance was closed (create a new one)", 504) from None
+            if method in ("reset", "step") and isinstance(answer, dict):
+                inst.ready, inst.done, inst.last = True, bool(answer.get("done")), answer
+            return answer
+        finally:
+            inst.lock.release()
+
+    async def close(self, i: int) -> None:
+        inst = self.get(i)
+        if self.envs.pop(i, None) is not inst:
+            raise EnvError(f"no environment instance with id {i}", 404)
+        try:  # wait for a call in progress (it has its own time limit), then close
+            await asyncio.wait_for(inst.lock.acquire(), self.time_limit)
+        except asyncio.TimeoutError:  # still busy: the id is gone already; close when it is free
+            asyncio.get_running_loop().create_task(self._close_when_free(inst))
+            return
+        try:
+            with contextlib.suppress(CallTimeout):
+                await run_limited(inst.env.close, self.time_limit)
+        finally:
+            inst.lock.release()
+
+    async def _close_when_free(self, inst: Instance) -> None:
+        async with inst.lock:
+            with contextlib.suppress(CallTimeout):
+                await run_limited(inst.env.close, self.time_limit)
+
+    async def close_all(self) -> None:
+        async def one(i):
+            try:
+                await self.close(i)
             except Exception:  # shutting down: close what can be closed
                 log.exception("closing instance %s", i)
+
+        await asyncio.gather(*(one(i) for i in list(self.envs)))
+
+
+def _close_quietly(env) -> None:
+    if env is not None:
+        with contextlib.suppress(BaseException):
+            env.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# The app
+# ---------------------------------------------------------------------------------------------
 
 
 def both_dialects(answer):
@@ -160,83 +472,158 @@ def both_dialects(answer):
 
 
 def build_app(title: str, make_env: Callable[..., object], create_keys: tuple[str, ...] = (),
-              ignored_create_keys: tuple[str, ...] = (), bare_create_id: bool = False) -> FastAPI:
+              ignored_create_keys: tuple[str, ...] = (), bare_create_id: bool = False,
+              max_instances: int | None = None, time_limit: float = TIME_LIMIT) -> FastAPI:
     """The endpoints of both dialects over a table of `make_env(**kwargs)` instances.
 
-    create_keys          /create body keys passed on to `make_env` (TextCraft's `commands`, `goal`)
+    create_keys          /create body keys passed on to `make_env` (TextCraft's `commands`, `goal`),
+                         with the types its signature gives them (another type is a 422)
     ignored_create_keys  /create body keys that AgentGym's client sends and this server does not
                          need (TextCraft's `minecraft_dir`, Deep Search's `id`): accepted, dropped;
                          any other key is a 422
     bare_create_id       /create answers the bare instance number (AgentGym's Deep Search client
                          uses the whole answer as the instance), not `{"id", "env_idx", ...}`
+    max_instances, time_limit   the defaults of the --max-instances and --time-limit flags
 
-    Returns the FastAPI app; a server file may add its own endpoints (e.g. SciWorld's /action_hint).
+    Returns the FastAPI app; a server file may add its own endpoints (e.g. SciWorld's /action_hint),
+    calling `await app.state.table.call(id, method)`.
     """
-    table = InstanceTable(make_env)
+    table = InstanceTable(make_env, max_instances, time_limit)
+    CreateArgs = create_args(make_env)
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
         yield
-        table.close_all()  # free every instance (JVMs, browsers) when the server stops
+        await table.close_all()  # free every instance (JVMs, browsers) when the server stops
 
-    app = FastAPI(title=title, lifespan=lifespan)
+    app = FastAPI(title=title, lifespan=lifespan, default_response_class=SafeJSONResponse)
     app.state.table = table
+    app.add_middleware(CatchAll)
 
     @app.exception_handler(EnvError)
-    def _env_error(request: Request, exc: EnvError):
-        return JSONResponse(status_code=exc.status, content={"error": str(exc)})
+    async def _env_error(request: Request, exc: EnvError):
+        return error(exc.status, str(exc), exc.headers)
 
-    @app.exception_handler(Exception)
-    def _crash(request: Request, exc: Exception):
-        log.exception("environment error on %s", request.url.path)
-        return JSONResponse(status_code=500, content={"error": f"{type(exc).__name__}: {exc}"})
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError):
+        try:
+            return error(422, describe_validation(exc.errors()))
+        except Exception:  # never let the error answer fail
+            return error(422, "invalid request body")
+
+    @app.exception_handler(HTTPException)
+    async def _http(request: Request, exc: HTTPException):  # 400 unreadable body, 404 path, 405 ...
+        return error(exc.status_code, str(exc.detail), getattr(exc, "headers", None))
 
     @app.get("/", response_class=PlainTextResponse)
-    def hello():
+    async def hello():
         return f"This is the {title} environment server."
 
     @app.post("/create")
-    def create(body: CreateBody | None = None):
+    async def create(request: Request, body: CreateBody | None = None):
         given = dict(body.model_extra or {}) if body is not None else {}
         unknown = sorted(set(given) - set(create_keys) - set(ignored_create_keys))
         if unknown:
             raise EnvError(f"/create takes {sorted(create_keys + ignored_create_keys) or 'no keys'}, "
                            f"not {unknown}", 422)
-        i = table.create(**{k: v for k, v in given.items() if k in create_keys})
+        try:
+            args = CreateArgs(**{k: v for k, v in given.items() if k in create_keys})
+        except ValidationError as e:
+            raise EnvError(describe_validation(e.errors()).replace("invalid request", "invalid /create body"), 422)
+        i = await table.create(**{k: getattr(args, k) for k in args.model_fields_set})
+        if await request.is_disconnected():  # the client gave up waiting: nobody will close it
+            await table.close(i)
+            return {"id": i, "closed": True}
         if bare_create_id:
             return i
         # `id` for this project and AgentGym's BabyAI/TextCraft/SciWorld clients, `env_idx` for its
         # WebArena client, `observation` for its TextCraft client (which reads it at once).
-        return {"id": i, "env_idx": i, "observation": table.call(i, "observation")}
+        return {"id": i, "env_idx": i, "observation": await table.call(i, "observation")}
 
     @app.post("/reset")
-    def reset(body: ResetBody):
-        return both_dialects(table.call(body.instance, "reset", body.task))
+    async def reset(body: ResetBody):
+        return both_dialects(await table.call(body.instance, "reset", body.task))
 
     @app.post("/step")
-    def step(body: StepBody):
-        return both_dialects(table.call(body.instance, "step", body.action))
+    async def step(body: StepBody):
+        return both_dialects(await table.call(body.instance, "step", body.action))
 
     @app.get("/observation")
-    def observation(id: int | None = None, env_idx: int | None = None):
+    async def observation(id: Annotated[int | None, Query(ge=0, le=MAX_ID)] = None,
+                          env_idx: Annotated[int | None, Query(ge=0, le=MAX_ID)] = None):
         if id is None and env_idx is None:
             raise EnvError("give the instance as ?id=N (or ?env_idx=N)", 422)
-        return table.call(env_idx if env_idx is not None else id, "observation")
+        return await table.call(env_idx if env_idx is not None else id, "observation")
 
     @app.post("/close")
-    def close(body: CloseBody):
-        table.close(body.instance)
+    async def close(body: CloseBody):
+        await table.close(body.instance)
         return {"closed": body.instance}
 
     return app
 
 
+# ---------------------------------------------------------------------------------------------
+# The launcher, and a shutdown no request can block
+# ---------------------------------------------------------------------------------------------
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (Linux /proc): Playwright's driver and Chromium, JVMs."""
+    children: dict[int, list[int]] = {}
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = open(stat).read().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.split("/")[2]))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def _force_exit_after(grace: float) -> None:
+    """After `grace` seconds: kill this process's children and exit, whatever is still running."""
+    def watchdog():
+        time.sleep(grace)
+        log.warning("shutdown took longer than %g s: killing child processes and exiting", grace)
+        for pid in descendants(os.getpid()):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        os._exit(1)
+
+    threading.Thread(target=watchdog, daemon=True, name="shutdown-watchdog").start()
+
+
+class _Server(uvicorn.Server):
+    _watchdog = False
+
+    def handle_exit(self, sig, frame) -> None:
+        super().handle_exit(sig, frame)
+        if not self._watchdog:
+            self._watchdog = True
+            _force_exit_after(SHUTDOWN_GRACE)
+
+
 def serve(app: FastAPI, argv=None, description: str = "") -> None:
-    """The command line of every server: `python -m servers.<env> [--host H] [--port P]`."""
+    """The command line of every server: `python -m servers.<env> [--host H] [--port P]
+    [--max-instances N] [--time-limit S]`."""
+    table = app.state.table
     parser = argparse.ArgumentParser(description=description or app.title)
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (loopback by default)")
     parser.add_argument("--port", type=int, default=36001, help="port to listen on")
     parser.add_argument("--log-level", default="warning", help="uvicorn log level")
+    parser.add_argument("--max-instances", type=int, default=table.max_instances,
+                        help="most live instances; /create beyond it is a 503 with Retry-After "
+                             f"(default {table.max_instances or 'no limit'})")
+    parser.add_argument("--time-limit", type=float, default=table.time_limit,
+                        help="seconds an environment call may take before its instance is dropped")
     args = parser.parse_args(argv)
+    table.max_instances, table.time_limit = args.max_instances, args.time_limit
     logging.basicConfig(level=args.log_level.upper())
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    # uvicorn's default keep-alive (5 s) closes a client's connection while the policy generates
+    # its next turn; the client's next request then races the close and fails ("connection reset").
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
+                            timeout_graceful_shutdown=SHUTDOWN_GRACE / 2, timeout_keep_alive=KEEP_ALIVE)
+    _Server(config).run()

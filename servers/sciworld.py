@@ -175,10 +175,7 @@ class SciWorldEnv:
                 "task_description": self.task_description}
 
     def step(self, action: str) -> dict:
-        if self.game is None:
-            raise EnvError("reset the instance before stepping it")
-        if self.done:
-            return self.answer("The episode is over; reset to start a new one.", 0)
+        # (servers/common.py answers a step before reset or after the end)
         if " ".join(re.sub(r"[^a-z ]", " ", action.lower()).split()) == CHECK:
             return self.answer(self.valid_actions_text(), 0)  # free: no move, no change
         self.last = self._call("step", action)
@@ -239,27 +236,28 @@ class SciWorldEnv:
             raise EnvError("reset the instance first")
 
 
-app = build_app("SciWorld", SciWorldEnv)
+# Each instance is a JVM of 150-350 MB: at most 64 by default (--max-instances).
+app = build_app("SciWorld", SciWorldEnv, max_instances=64)
 
 
 @app.get("/action_hint")
-def action_hint(id: int):
-    return app.state.table.call(id, "action_hint")
+async def action_hint(id: int):
+    return await app.state.table.call(id, "action_hint")
 
 
 @app.get("/goals")
-def goals(id: int):
-    return app.state.table.call(id, "goals")
+async def goals(id: int):
+    return await app.state.table.call(id, "goals")
 
 
 @app.get("/task_description")
-def task_description(id: int):
-    return app.state.table.call(id, "get_task_description")
+async def task_description(id: int):
+    return await app.state.table.call(id, "get_task_description")
 
 
 @app.get("/detail")
-def detail(id: int):
-    return app.state.table.call(id, "detail")
+async def detail(id: int):
+    return await app.state.table.call(id, "detail")
 
 
 if __name__ == "__main__":

@@ -278,10 +278,7 @@ class SearchQAEnv:
         return self.answer(0.0, category=self.q["data_source"])
 
     def step(self, action: str) -> dict:
-        if self.q is None:
-            raise EnvError("reset the instance before stepping it")
-        if self.done:
-            return self.answer(0.0, note="The episode is over; reset to start a new one.")
+        # (servers/common.py answers a step before reset or after the end)
         parsed = parse_reply(action)
         reward = 0.0
         if parsed is None:

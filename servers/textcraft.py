@@ -276,11 +276,7 @@ class TextCraftEnv:
         return self.answer(0.0, category=f"depth {DEPTH[self.goal]}")
 
     def step(self, action: str) -> dict:
-        if self.goal is None:
-            raise EnvError("reset the instance before stepping it")
-        if self.done:
-            self.last = "The episode is over; reset to start a new one."
-            return self.answer(0.0)
+        # (servers/common.py answers a step before reset or after the end)
         act = clean_name(action).rstrip(".")
         if m := CRAFT_RE.fullmatch(act):
             self.last = self.craft(int(m.group(1)) if m.group(1) else None, m.group(2), m.group(3))

@@ -11,7 +11,18 @@ episode on the /step answer's `terminated` (`servers/common.py` serves that dial
 project's). As on AgentGym's server, `idx` names a task config, `idx`.json in the task directory
 (WebArena's task_id), while this project's `data_idx` indexes the task list sorted by task_id; the
 two agree whenever the task ids are 0..n-1, as in the offline tasks and WebArena's 812. The reset
-answer carries `category` (the task's site), `eval_types`, `intent` and `available_actions`.
+answer carries `category` (the task's site), `eval_types`, `intent` and `available_actions`. A
+string names a task of the configured task folder only (its file name, with or without `.json`,
+or its task_id), never a path.
+
+Confinement: the browser stays inside the current task's sites (the origins of its `sites` and
+`start_url`). Every request of the instance's browser context passes a route that aborts any other
+origin and any scheme but http(s) (`file:`, `chrome:`, `data:`, `javascript:`, ...); a `goto` to
+such a URL is refused before it reaches the browser; a tab that still ends up elsewhere (a blocked
+navigation's error page) is sent back to `about:blank` before its tree is read; downloads are not
+accepted. Each refusal is said in the next observation. Sizes are capped (typed text
+MAX_TYPE_CHARS, keys and URLs shorter still), an action's browser work is cancelled after
+ACTION_SECONDS and a whole call's after BROWSER_SECONDS (a 504 that the instance survives).
 
     observation   OBSERVATION: the tabs, then the accessibility tree of the active tab as
                   `[id] role 'name'` lines (Chrome's tree from the CDP Accessibility domain; the id
@@ -42,18 +53,21 @@ build), $WEBARENA_JUDGE for fuzzy_match (see webarena_eval.py), or the flags --c
 
 import argparse
 import asyncio
+import concurrent.futures
 import contextlib
 import glob
 import json
 import os
 import re
 import threading
+import time
 import uuid
+from urllib.parse import urlsplit
 
 from playwright.async_api import async_playwright
 
 from servers import webarena_eval
-from servers.common import EnvError, build_app, serve
+from servers.common import EnvError, build_app, descendants, serve
 from servers.websites import COOKIE, forum, shop, start_site
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -67,6 +81,10 @@ SITE_VARS = ["SHOPPING_ADMIN", "SHOPPING", "REDDIT", "GITLAB", "MAP", "WIKIPEDIA
 LOCAL_SITES = {"SHOPPING": shop, "REDDIT": forum}  # placeholder -> offline stand-in
 MAX_TREE_CHARS = 12000
 MAX_AVAILABLE = 64
+MAX_TYPE_CHARS = 2000  # text one `type` may enter (typing runs ~3,000 characters a second)
+MAX_ARG_CHARS = 2048  # a URL for `goto`, the keys for `press`
+ACTION_SECONDS = float(os.environ.get("WEBARENA_ACTION_SECONDS", 20))  # one action's browser work
+BROWSER_SECONDS = 40.0  # a whole reset or step on the browser thread (below servers/common.py's limit)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -82,14 +100,25 @@ class Browser:
         self._start_lock = threading.Lock()
         self._launch_lock: asyncio.Lock | None = None
 
-    def run(self, coro, timeout: float = 120.0):
-        """Run `coro` on the browser thread and wait for its result (called from request threads)."""
+    def run(self, coro, timeout: float = BROWSER_SECONDS):
+        """Run `coro` on the browser thread and wait for its result (called from request threads).
+        Past `timeout`, or when this thread is interrupted (servers/common.py's time limit), the
+        browser task is cancelled: timed-out work never keeps the browser busy."""
         with self._start_lock:
             if self.loop is None:
                 self.loop = asyncio.new_event_loop()
                 self.thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="browser")
                 self.thread.start()
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        deadline = time.monotonic() + timeout
+        try:
+            while not future.done():  # short waits, so that an interrupt is delivered promptly
+                if time.monotonic() >= deadline:
+                    raise EnvError(f"the browser did not finish within {timeout:g} s; the work was cancelled", 504)
+                concurrent.futures.wait([future], timeout=min(0.25, deadline - time.monotonic()))
+            return future.result()
+        finally:
+            future.cancel()  # a no-op once done
 
     async def get(self):
         """The shared Chromium, launched on first use and again if it crashed or was closed."""
@@ -162,35 +191,54 @@ def load_tasks(task_dir: str) -> list[dict]:
     """Every task in `task_dir/*.json` (one task or a list of tasks per file), sorted by task_id."""
     tasks = []
     for path in sorted(glob.glob(os.path.join(task_dir, "*.json"))):
-        with open(path) as f:
-            data = json.load(f)
+        try:
+            with open(path) as f:
+                data = json.load(f)
+        except (OSError, ValueError) as e:  # one broken file does not take the others down
+            print(f"webarena: skipping {path}: {e}")
+            continue
         for t in data if isinstance(data, list) else [data]:
-            tasks.append(dict(t, _file=os.path.basename(path)))
-    tasks.sort(key=lambda t: (t.get("task_id", 0), t["_file"]))
+            if isinstance(t, dict):
+                tasks.append(dict(t, _file=os.path.basename(path)))
+    tasks.sort(key=lambda t: (t.get("task_id", 0) if isinstance(t.get("task_id", 0), int) else 0, t["_file"]))
     return tasks
 
 
 _tasks: list[dict] | None = None
 
 
+REQUIRED = {"intent": str, "start_url": str, "eval": dict}
+
+
+def check_task(task: dict) -> dict:
+    """A task config has the keys the environment reads, with the right types, or it is a 400."""
+    bad = [k for k, t in REQUIRED.items() if not isinstance(task.get(k), t)]
+    ev = task.get("eval") if isinstance(task.get("eval"), dict) else {}
+    if not isinstance(ev.get("eval_types"), list) or not all(
+            t in ("string_match", "url_match", "program_html") for t in ev.get("eval_types", [])):
+        bad.append("eval.eval_types")
+    if bad:
+        raise EnvError(f"task {task.get('_file', '?')} is not a valid WebArena task config: "
+                       f"{', '.join(bad)} missing or of the wrong type")
+    return task
+
+
 def task_for(idx) -> dict:
-    """`idx`: an index into the sorted task list (`data_idx`), or a string naming a config: a file
-    in the task dir with or without `.json`, a task_id (AgentGym's `idx`), or a path."""
+    """`idx`: an index into the sorted task list, or the name of a task in the task folder (its
+    file name, with or without .json, or its task_id). Nothing outside that folder is opened."""
     global _tasks
     if _tasks is None:
         _tasks = load_tasks(TASK_DIR)
     if isinstance(idx, int):
         if not 0 <= idx < len(_tasks):
             raise EnvError(f"task index {idx} is out of range: {len(_tasks)} tasks in {TASK_DIR}")
-        return _tasks[idx]
+        return check_task(_tasks[idx])
     name = str(idx)
     for t in _tasks:
         if name in (t["_file"], t["_file"].removesuffix(".json"), str(t.get("task_id"))):
-            return t
-    if name.endswith(".json") and os.path.isfile(name):
-        with open(name) as f:
-            return json.load(f)
-    raise EnvError(f"no task named {name!r} (give an index, a task_id, or a config file in {TASK_DIR})")
+            return check_task(t)
+    raise EnvError(f"no task named {name[:200]!r} in the task folder (give an index, a task_id, or the "
+                   "name of a config file there)", 404)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -274,13 +322,37 @@ def parse_action(reply: str) -> tuple[str, tuple]:
     text = m.group(1).strip()
     name, rest = re.match(r"(\w*)\s*(.*)$", text, re.S).groups()
     if name not in ACTIONS:
-        raise ActionError(f"unknown action {text!r}; the actions are: {USAGE}")
+        raise ActionError(f"unknown action {text[:200]!r}; the actions are: {USAGE}")
     if name == "type" and not re.search(r"\[[01]\]$", rest):
         rest += " [1]"  # WebArena: Enter is pressed after typing unless [0] is given
     args = ACTIONS[name].match(rest)
     if args is None:
-        raise ActionError(f"cannot parse {text!r}; the actions are: {USAGE}")
+        raise ActionError(f"cannot parse {text[:200]!r}; the actions are: {USAGE}")
+    if name == "type" and len(args.group(2)) > MAX_TYPE_CHARS:
+        raise ActionError(f"the text to type is {len(args.group(2))} characters long; at most {MAX_TYPE_CHARS}")
+    if name in ("goto", "press") and len(args.group(1)) > MAX_ARG_CHARS:
+        raise ActionError(f"the argument of {name} is longer than {MAX_ARG_CHARS} characters")
     return name, args.groups()
+
+
+def origin(url: str) -> str | None:
+    """scheme://host:port of an http(s) URL, else None (file:, data:, chrome:, javascript:, ...)."""
+    try:
+        u = urlsplit(url.strip())
+        port = u.port or {"http": 80, "https": 443}.get(u.scheme)
+    except ValueError:
+        return None
+    if u.scheme not in ("http", "https") or not u.hostname:
+        return None
+    return f"{u.scheme}://{u.hostname.lower()}:{port}"
+
+
+def task_origins(config: dict) -> set[str]:
+    """The origins a task may visit: its start URLs' and its sites' (`shopping` -> $SHOPPING)."""
+    urls = site_urls()
+    allowed = [u for u in config["start_url"].split(" |AND| ")]
+    allowed += [urls[s.upper()] for s in config.get("sites") or [] if isinstance(s, str) and s.upper() in urls]
+    return {o for o in map(origin, allowed) if o}
 
 
 def playwright_keys(keys: str) -> str:
@@ -304,6 +376,8 @@ class WebArenaEnv:
         self.task: dict | None = None
         self.elements: dict[int, dict] = {}
         self.tree, self.previous, self.done, self.score = "", "None", False, 0.0
+        self.origins: set[str] = set()  # where this task's browser may go
+        self.refused: list[str] = []  # what the browser was kept from since the last answer
         self.judge = webarena_eval.load_judge()
 
     # --- the protocol (request threads) ----------------------------------------------------
@@ -312,9 +386,10 @@ class WebArenaEnv:
         task = task_for(idx)
         return BROWSER.run(self._reset(task))
 
-    def step(self, reply: str) -> dict:
-        if self.task is None:
-            raise EnvError("reset the instance before stepping it")
+    def allowed(self, url: str) -> bool:
+        return url == "about:blank" or origin(url) in self.origins
+
+    def step(self, reply: str) -> dict:  # (servers/common.py answers a step before reset or after the end)
         return BROWSER.run(self._step(reply))
 
     def observation(self) -> str:
@@ -331,8 +406,11 @@ class WebArenaEnv:
         await self._close_context()
         self._drop_world()
         chromium = await BROWSER.get()
-        self.context = await chromium.new_context(viewport=VIEWPORT)
+        self.origins, self.refused = task_origins(config), []
+        self.context = await chromium.new_context(viewport=VIEWPORT, accept_downloads=False)
         self.context.set_default_timeout(15000)
+        await self.context.route("**/*", self._route)  # the browser's own gate: nothing else gets out
+        self.context.on("page", lambda p: p.on("download", self._download))
         storage = config.get("storage_state")
         if storage and os.path.isfile(storage):  # a real WebArena task's login cookies
             await self.context.add_cookies(json.load(open(storage)).get("cookies", []))
@@ -354,12 +432,32 @@ class WebArenaEnv:
             self.active = len(self.pages) - 1
         self.task, self.previous, self.done, self.score = config, "None", False, 0.0
         await self._observe()
+        self.refused = []
         return self._answer(0.0, category=(config.get("sites") or ["unknown"])[0], task_id=config.get("task_id"),
                             intent=config["intent"], eval_types=config["eval"]["eval_types"])
 
+    async def _route(self, route) -> None:
+        url = route.request.url
+        if self.allowed(url):
+            await route.continue_()
+        else:
+            if route.request.is_navigation_request():
+                self.refused.append(url)
+            await route.abort("blockedbyclient")
+
+    def _download(self, download) -> None:
+        self.refused.append(f"a download of {download.url}")
+
+    def _refusals(self) -> str:
+        """A note for the observation: what the browser was kept from, and why."""
+        if not self.refused:
+            return ""
+        what = ", ".join(dict.fromkeys(u[:200] for u in self.refused))
+        self.refused = []
+        return (f"Refused: {what}. This task stays on its own sites ({', '.join(sorted(self.origins))}); "
+                "other hosts, file:, data:, chrome: and javascript: URLs, and downloads are not allowed.")
+
     async def _step(self, reply: str) -> dict:
-        if self.done:
-            return self._answer(0.0, note="The episode is over; reset to start a new one.")
         if self.context is None or not self.context.browser or not self.context.browser.is_connected():
             self.done = True
             return self._answer(0.0, note="The browser crashed; reset the instance to start again.")
@@ -368,6 +466,9 @@ class WebArenaEnv:
             if name in ("click", "hover", "type") and int(args[0]) not in self.elements:
                 raise ActionError(f"there is no element [{args[0]}] on this page; use an id from the "
                                   "accessibility tree above")
+            if name == "goto" and not self.allowed(args[0]):
+                self.refused.append(args[0])
+                raise ActionError(self._refusals())
             if name == "stop":
                 answer = args[0] or ""
                 self.previous = f"stop [{answer}]"
@@ -375,16 +476,20 @@ class WebArenaEnv:
                 self.done = True
                 await self._observe()
                 return self._answer(self.score, eval_notes=notes)
-            await self._act(name, args)
-            self.previous = FENCE.search(reply).group(1).strip()
+            self.previous = FENCE.search(reply).group(1).strip()[:MAX_ARG_CHARS]
+            await asyncio.wait_for(self._act(name, args), ACTION_SECONDS)  # cancelled past it
         except ActionError as e:
             return self._answer(0.0, note=f"Invalid action: {e}")
         except Exception as e:  # a Playwright error (timeout, bad key, bad URL): the page is as it was
-            self.previous = FENCE.search(reply).group(1).strip()
+            failed = (f"did not finish within {ACTION_SECONDS:g} s and was cancelled"
+                      if isinstance(e, asyncio.TimeoutError) else f"failed: {(str(e).splitlines() or [''])[0]}")
+            if isinstance(e, asyncio.TimeoutError):  # stop the page loading what the action started
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for((await self._cdp(self.page)).send("Page.stopLoading"), 5)
             await self._observe()
-            return self._answer(0.0, note=f"The action failed: {str(e).splitlines()[0]}")
+            return self._answer(0.0, note="\n".join(filter(None, [f"The action {failed}", self._refusals()])))
         await self._observe()
-        return self._answer(0.0)
+        return self._answer(0.0, note=self._refusals())
 
     @property
     def page(self):
@@ -425,11 +530,17 @@ class WebArenaEnv:
             if request.is_navigation_request() and request.frame == page.main_frame:
                 started.set()
 
-        def on_load(*_):
+        def on_load(*_):  # also a navigation that ended without a page: refused, or a download
             loaded.set()
+
+        def on_failed(request):
+            if request.is_navigation_request() and request.frame == page.main_frame:
+                loaded.set()
 
         page.on("request", on_request)
         page.on("load", on_load)
+        page.on("requestfailed", on_failed)
+        page.on("download", on_load)
         try:
             if name in ("click", "hover", "type"):
                 x, y = await self._centre(page, int(args[0]))
@@ -459,6 +570,8 @@ class WebArenaEnv:
         finally:
             page.remove_listener("request", on_request)
             page.remove_listener("load", on_load)
+            page.remove_listener("requestfailed", on_failed)
+            page.remove_listener("download", on_load)
 
     async def _centre(self, page, backend_id: int) -> tuple[float, float]:
         """Scroll the element into view and return its centre in viewport pixels."""
@@ -482,6 +595,11 @@ class WebArenaEnv:
     async def _observe(self) -> None:
         self.pages = [p for p in self.pages if not p.is_closed()] or [await self.context.new_page()]
         self.active = min(self.active, len(self.pages) - 1)
+        for p in self.pages:  # a tab outside the task's sites (e.g. a blocked page's error page)
+            if not self.allowed(p.url):
+                self.refused.append(p.url)
+                with contextlib.suppress(Exception):
+                    await p.goto("about:blank")
         tabs = []
         for i, p in enumerate(self.pages):
             title = await p.title() if p.url != "about:blank" else "New Tab"
@@ -537,21 +655,6 @@ class WebArenaEnv:
 # ---------------------------------------------------------------------------------------------
 
 
-def _descendants(pid: int) -> list[int]:
-    """Every process below `pid` (Linux /proc): here, Playwright's driver and Chromium's processes."""
-    children: dict[int, list[int]] = {}
-    for stat in glob.glob("/proc/[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            fields = open(stat).read().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(stat.split("/")[2]))
-    out, todo = [], [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
-
-
 def _memory_kb(pid: int, field: str) -> int:
     path = f"/proc/{pid}/smaps_rollup" if field == "Pss" else f"/proc/{pid}/status"
     with contextlib.suppress(OSError):
@@ -561,13 +664,14 @@ def _memory_kb(pid: int, field: str) -> int:
     return 0
 
 
-app = build_app("WebArena", WebArenaEnv)
+# Each instance is a browser context (~10 MB and up per tab): at most 64 by default (--max-instances).
+app = build_app("WebArena", WebArenaEnv, max_instances=64)
 
 
 @app.get("/browser")
 def browser_processes():
     """The browser's processes and their memory (PSS and RSS summed), for benchmarks and tests."""
-    pids = _descendants(os.getpid())
+    pids = descendants(os.getpid())
     return {"pids": pids, "instances": len(app.state.table.envs),
             "pss_mb": round(sum(_memory_kb(p, "Pss") for p in pids) / 1024, 1),
             "rss_mb": round(sum(_memory_kb(p, "VmRSS") for p in pids) / 1024, 1)}

@@ -20,6 +20,7 @@ variable WEBARENA_JUDGE=module:function. Without one, fuzzy_match is skipped (le
 product) and the answer says so in `eval_notes`.
 """
 
+import ast
 import html
 import importlib
 import os
@@ -132,12 +133,22 @@ HELPERS = {"reddit_get_post_url": reddit_get_post_url}  # WebArena's other helpe
 
 
 def _helper(expr: str, notes: list[str]):
-    """Evaluate a `func:` expression with only the helpers we have (no builtins)."""
+    """A `func:` expression of a task config, `name('text', ...)`, parsed (never evaluated) and
+    dispatched to HELPERS by name; only string literals are accepted as arguments. Anything
+    else (another name, an attribute, a nested call, an operator) is refused with a note."""
     try:
-        return eval(expr, {"__builtins__": {}}, HELPERS)  # trusted task configs, as in WebArena
-    except NameError as e:
-        notes.append(f"program_html helper not available here: {e}")
+        call = ast.parse(expr.strip(), mode="eval").body
+    except (SyntaxError, ValueError):
+        call = None
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and not call.keywords
+            and all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in call.args)):
+        notes.append(f"program_html helper refused: {expr[:200]!r} is not a call of a named helper "
+                     "with string arguments")
         return None
+    if call.func.id not in HELPERS:
+        notes.append(f"program_html helper not available here: {call.func.id!r}")
+        return None
+    return HELPERS[call.func.id](*(a.value for a in call.args))
 
 
 async def program_html(config: dict, page, notes: list[str]) -> float:

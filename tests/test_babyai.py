@@ -2,6 +2,7 @@
 
 import os
 import signal
+import time
 
 import pytest
 import requests
@@ -118,12 +119,12 @@ def test_bad_requests_get_4xx_json(server):
     r = requests.post(u + "/step", json={"id": 12345, "action": "turn left"})
     assert r.status_code == 404 and "error" in r.json()
     r = requests.post(u + "/step", json={"action": "turn left"})  # no id
-    assert r.status_code == 422 and "detail" in r.json()
+    assert r.status_code == 422 and "error" in r.json()
     r = requests.post(u + "/step", data="not json", headers={"content-type": "application/json"})
     assert r.status_code == 422
     iid = requests.post(u + "/create", json={}).json()["id"]
     r = requests.post(u + "/reset", json={"id": iid, "data_idx": -1})
-    assert r.status_code == 400 and "data_idx" in r.json()["error"]
+    assert r.status_code == 422 and "data_idx" in r.json()["error"]  # negative: fails validation
     r = requests.get(u + "/observation", params={"id": "abc"})
     assert r.status_code == 422
     assert requests.post(u + "/reset", json={"env_idx": iid, "data_idx": 1}).status_code == 200  # AgentGym's name
@@ -221,3 +222,24 @@ def test_pool_round_trips_do_not_serialise_the_batch(start_server):
     assert time.time() - t0 < 1.2
     assert [r["observation"] for r in out] == [f"a{i}" for i in range(8)]
     pool.close()
+
+
+def test_a_level_minigrid_cannot_generate_returns_quickly(server):
+    """data_idx 304514 (SynthS5R2, seed 7612) spun forever in minigrid's agent placement; with
+    bounded placements the reset answers within seconds, a level or a clear 400."""
+    iid = requests.post(server.url + "/create", json={}).json()["id"]
+    start = time.time()
+    r = requests.post(server.url + "/reset", json={"id": iid, "data_idx": 304514}, timeout=30)
+    assert time.time() - start < 10
+    assert r.status_code == 200 and "Goal:" in r.json()["observation"] or \
+        r.status_code == 400 and "could not generate" in r.json()["error"]
+    assert requests.post(server.url + "/reset", json={"id": iid, "data_idx": 1}).status_code == 200
+
+
+def test_level_generation_gives_up_with_a_clear_error(monkeypatch):
+    import servers.babyai as B
+    monkeypatch.setattr(B, "MAX_ATTEMPTS", 1)
+    env = B.BabyAIText()
+    with pytest.raises(B.EnvError, match="could not generate level BabyAI-SynthS5R2-v0 with seed 7612"):
+        env.reset(304514)
+    assert env.reset(1)["done"] is False

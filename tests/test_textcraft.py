@@ -153,7 +153,7 @@ def test_bad_requests_are_json_errors(url):
     assert r.status_code == 422
     iid = post(url, "/create")["id"]
     r = requests.post(url + "/reset", json={"id": iid, "data_idx": -1}, timeout=10)
-    assert r.status_code == 400 and "error" in r.json()
+    assert r.status_code == 422 and "error" in r.json()
     r = requests.post(url + "/create", json={"goal": "minecraft:unobtainium"}, timeout=10)
     assert r.status_code == 400 and "error" in r.json()
     r = requests.post(url + "/step", json={"id": iid, "action": "inventory"}, timeout=10)

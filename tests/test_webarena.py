@@ -3,11 +3,13 @@
 Every test drives `servers/webarena.py` over HTTP, as the agent does, on the offline shop and forum.
 """
 
+import http.server
 import json
 import os
 import re
 import shutil
 import signal
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -183,12 +185,9 @@ def test_each_evaluator_scores_a_solved_task_1_and_an_unsolved_task_0(agents, ta
 def test_fuzzy_match_is_skipped_with_a_note_without_a_judge_and_uses_a_pluggable_judge(agents, tmp_path):
     config = json.load(open(os.path.join(TASK_DIR, "21.json")))
     config["eval"]["reference_answers"] = {"fuzzy_match": ["the user dave"]}
-    path = tmp_path / "fuzzy.json"
-    path.write_text(json.dumps(config))
-    a = agents[1]
-    a.reset(str(path))  # `idx` may name a task config file
-    out = a.do("stop [dave]")
-    assert out["done"] and any("no judge configured" in n for n in out["eval_notes"])
+    notes = []
+    assert webarena_eval.string_match(config, "dave", None, notes) == 1.0  # left out of the product
+    assert any("no judge configured" in n for n in notes)
     judge = webarena_eval.similarity_judge
     assert webarena_eval.string_match(config, "It was the user dave", judge, []) == 1.0
     assert webarena_eval.string_match(config, "bob", judge, []) == 0.0
@@ -242,6 +241,98 @@ def test_a_bad_element_id_and_a_malformed_reply_change_nothing_and_say_why(agent
     assert out["observation"].split("\n\n", 1)[1] == before  # the page is where it was
     r = requests.post(a.url + "/reset", json={"env_idx": a.id, "idx": 10 ** 6})
     assert r.status_code == 400 and "no task named '1000000'" in r.json()["error"]  # idx names a config
+
+
+def test_the_browser_stays_inside_the_tasks_sites(agents, server, tmp_path):
+    """goto and links to file:, data:, chrome:, javascript: and other hosts are refused with a
+    message; a request the action parser does not see (a link on the page) is stopped by the
+    browser context's route; the host's files never reach the observation."""
+    a = agents[6]
+    a.reset(0)  # a shopping task: the shop's origin only
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP-SECRET-CONTENT")
+    forum_home = re.search(r"URL: (http://127\.0\.0\.1:\d+/)", a.reset(21)["observation"]).group(1)
+    a.reset(0)
+    for url in (f"file://{secret}", "file:///etc/passwd", "data:text/html,<h1>hello</h1>", "chrome://version",
+                "javascript:alert(1)", "view-source:file:///etc/passwd", "http://example.com/", forum_home):
+        out = a.do(f"goto [{url}]")
+        assert out["observation"].startswith("Invalid action: Refused:"), (url, out["observation"][:300])
+        assert "TOP-SECRET" not in out["observation"] and "root:x:0" not in out["observation"]
+        assert not out["done"] and "URL: about:blank" not in out["observation"]
+    # A task config outside the task folder is never opened, and a path is not a task name.
+    r = requests.post(server.url + "/reset", json={"env_idx": a.id, "idx": str(TASK_DIR + "/0.json")}, timeout=60)
+    assert r.status_code == 404 and "task folder" in r.json()["error"]
+    r = requests.post(server.url + "/reset", json={"env_idx": a.id, "idx": "../../etc/passwd"}, timeout=60)
+    assert r.status_code == 404
+    assert a.reset(0)["done"] is False  # still serves
+
+
+LINKS_PAGE = (b"<html><head><title>Links</title></head><body><h1>Links</h1>"
+              b"<a href='file:///etc/passwd'>to a file</a> <a href='data:text/html,<h1>inline</h1>'>to data</a> "
+              b"<a href='http://localhost:1/elsewhere'>to another host</a> <a href='/get.bin'>a download</a> "
+              b"<a href='/second'>a page of this site</a><a href='/slow'>a slow page</a>"
+              b"<img src='file:///etc/hostname'></body></html>")
+
+
+class _Site(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path == "/get.bin":
+            self.send_response(200)
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Disposition", "attachment; filename=get.bin")
+            body = b"x" * 1000
+        else:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            if self.path == "/slow":
+                time.sleep(8)  # a page that takes longer than the action's time limit
+            body = LINKS_PAGE if self.path != "/second" else b"<html><title>Second</title><p>second page</p></html>"
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        try:
+            self.wfile.write(body)
+        except BrokenPipeError:  # the browser stopped loading it
+            pass
+
+    def log_message(self, *args):
+        pass
+
+
+def test_the_browser_context_refuses_what_the_page_itself_links_to(tmp_path, monkeypatch):
+    """Below the action parser: links on a task's own page to a file, a data: URL, another host and
+    a download are stopped by the browser context (route, no downloads); its own pages still load."""
+    site = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Site)
+    threading.Thread(target=site.serve_forever, daemon=True).start()
+    start = f"http://127.0.0.1:{site.server_address[1]}/"
+    task = json.load(open(os.path.join(TASK_DIR, "0.json")))
+    task.update(start_url=start, sites=["links"], task_id=0)
+    (tmp_path / "links.json").write_text(json.dumps(task))
+    monkeypatch.setenv("WEBARENA_TASKS", str(tmp_path))
+    monkeypatch.setenv("WEBARENA_ACTION_SECONDS", "2")
+    server = EnvServer("servers.webarena").start()
+    try:
+        a = Agent(server.url)
+        assert "Links" in a.reset("links")["observation"]
+        for name in ("to another host", "a download", "to a file", "to data"):
+            out = a.do(("click", "link", name))
+            obs = out["observation"]
+            assert "root:x:0" not in obs and "inline" not in obs and not out["done"]
+            if name in ("to another host", "a download"):
+                assert obs.startswith("Refused:"), (name, obs[:400])
+            else:  # Chromium itself keeps a web page from opening file: and data: URLs: it stays put
+                assert f"URL: {start}\n" in obs, (name, obs[:400])
+            a.reset("links")
+        assert "second page" in a.do(("click", "link", "a page of this site"))["observation"]
+        assert "Refused" not in a.last["observation"]
+        a.reset("links")
+        start_time = time.time()
+        out = a.do(("click", "link", "a slow page"))  # cancelled after 2 s; the instance goes on
+        assert out["observation"].startswith("The action did not finish within 2 s and was cancelled")
+        assert time.time() - start_time < 8
+        assert "Links" in a.reset("links")["observation"]
+    finally:
+        server.stop()
+        site.shutdown()
 
 
 def test_available_actions_are_complete_valid_replies(agents):
