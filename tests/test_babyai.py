@@ -174,7 +174,7 @@ def test_render_field_is_the_real_minigrid_frame_at_every_answer(server):
     assert requests.get(server.url + "/render", params={"id": plain}).status_code == 400
     c.reset(plain, 4)
     assert np.array_equal(_png(requests.get(server.url + "/render", params={"id": plain}).json()["frame"]), want)
-    assert requests.post(server.url + "/create", json={"render": "yes"}).status_code == 400
+    assert requests.post(server.url + "/create", json={"render": "yes"}).status_code == 422  # its type
     assert requests.get(server.url + "/render", params={"id": 9999}).status_code == 404
 
 
