@@ -172,24 +172,25 @@ class CatchAll:
 
 
 # ---------------------------------------------------------------------------------------------
-# Request bodies. `id` and `env_idx` are the same thing; so are `data_idx` and `idx`.
+# Request bodies of both dialects (see the table above), strictly typed
 # ---------------------------------------------------------------------------------------------
 
 
-def _check_text(value, where: str = "body") -> None:
-    """Every string (and key) in a parsed JSON body must be encodable Unicode."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ValueError(f"{where} holds a lone surrogate (not valid Unicode text)") from None
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            _check_text(k, where)
-            _check_text(v, f"{k}" if isinstance(k, str) and k.isascii() else where)
-    elif isinstance(value, list):
-        for v in value:
-            _check_text(v, where)
+def _check_text(value) -> None:
+    """Every string (and key) in a parsed JSON body must be encodable Unicode (iterative: a
+    deeply nested body cannot exhaust the stack here)."""
+    todo = [value]
+    while todo:
+        v = todo.pop()
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError("the body holds a lone surrogate (not valid Unicode text)") from None
+        elif isinstance(v, dict):
+            todo += list(v.keys()) + list(v.values())
+        elif isinstance(v, list):
+            todo += v
 
 
 class _Body(BaseModel):
