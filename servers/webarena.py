@@ -238,7 +238,7 @@ def task_for(idx) -> dict:
         if name in (t["_file"], t["_file"].removesuffix(".json"), str(t.get("task_id"))):
             return check_task(t)
     raise EnvError(f"no task named {name[:200]!r} in the task folder (give an index, a task_id, or the "
-                   "name of a config file there)", 404)
+                   "name of a config file there)")
 
 
 # ---------------------------------------------------------------------------------------------

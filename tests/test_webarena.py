@@ -261,9 +261,9 @@ def test_the_browser_stays_inside_the_tasks_sites(agents, server, tmp_path):
         assert not out["done"] and "URL: about:blank" not in out["observation"]
     # A task config outside the task folder is never opened, and a path is not a task name.
     r = requests.post(server.url + "/reset", json={"env_idx": a.id, "idx": str(TASK_DIR + "/0.json")}, timeout=60)
-    assert r.status_code == 404 and "task folder" in r.json()["error"]
+    assert r.status_code == 400 and "task folder" in r.json()["error"]
     r = requests.post(server.url + "/reset", json={"env_idx": a.id, "idx": "../../etc/passwd"}, timeout=60)
-    assert r.status_code == 404
+    assert r.status_code == 400
     assert a.reset(0)["done"] is False  # still serves
 
 
