@@ -70,6 +70,11 @@ def hostile(url: str, iid: int, rng: random.Random) -> requests.Response:
     return requests.get(url + "/observation", params={"id": "abc"}, timeout=60)
 
 
+def create(http, url: str) -> int:
+    out = http.post(url + "/create", json={}, timeout=120).json()
+    return out if isinstance(out, int) else out["id"]  # Deep Search answers a bare int
+
+
 def soak(env: str, episodes: int, turns: int, parallel: int, p_hostile: float, seed: int) -> dict:
     server = EnvServer(ENVS[env].module).start()
     url, tasks = server.url, ENVS[env].splits["train"]
@@ -84,7 +89,7 @@ def soak(env: str, episodes: int, turns: int, parallel: int, p_hostile: float, s
 
     def client(k: int):
         rng, http = random.Random(seed * 1000 + k), requests.Session()
-        iid = http.post(url + "/create", json={}, timeout=120).json()["id"]
+        iid = create(http, url)
         while True:
             with lock:
                 if done[0] >= episodes:
@@ -95,7 +100,7 @@ def soak(env: str, episodes: int, turns: int, parallel: int, p_hostile: float, s
                 r = http.post(url + "/reset", json={"id": iid, "data_idx": rng.choice(tasks)}, timeout=120)
                 if r.status_code >= 500:
                     note(f"reset -> {r.status_code} {r.text[:200]}")
-                    iid = http.post(url + "/create", json={}, timeout=120).json()["id"]
+                    iid = create(http, url)
                     continue
                 out = r.json()
                 for _ in range(turns):
