@@ -52,3 +52,23 @@ def test_adapters_start_at_the_base_and_the_reference_stays_the_base(tmp_path):
     assert lora.is_adapter(str(tmp_path)) and not (tmp_path / "model.safetensors").exists()
     again = lora.load_adapters(base_model(), str(tmp_path))
     torch.testing.assert_close(agent_logprobs(again, ids, attn, rows, cols)[0], lp)
+
+
+def test_lora_training_saves_adapters_that_eval_and_resume_load(tmp_path):
+    """train.py --lora-rank: only the adapters train and are saved; eval.py's loader rebuilds the
+    trained policy from them; --resume continues from them."""
+    from config import load_agent
+    from train import Config, train
+
+    cfg = Config(steps=1, tasks_per_step=2, group_size=2, minibatch_size=4, eval_episodes=0, rounds="2",
+                 out=str(tmp_path / "run"), lora_rank=4, lr=5e-2)
+    train(cfg)
+    ckpt = str(tmp_path / "run" / "checkpoint")
+    assert lora.is_adapter(ckpt) and not (tmp_path / "run" / "checkpoint" / "model.safetensors").exists()
+    policy = load_agent(cfg, "cpu", model=ckpt)
+    base = load_agent(cfg, "cpu", model=lora.base_of(ckpt))
+    moved = [(a - b).abs().max().item() for a, b in
+             zip(policy.model.merge_and_unload().parameters(), base.model.parameters())]
+    assert max(moved) > 0  # the loaded policy is the trained one, not the base
+    train(Config(**{**cfg.__dict__, "steps": 2, "resume": ckpt}))
+    assert len(open(tmp_path / "run" / "metrics.jsonl").readlines()) == 2
