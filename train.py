@@ -121,6 +121,8 @@ class Config(AgentConfig):
     """checkpoint folder to continue from (model, optimizer, algorithm state, step, RNG)"""
     mixed_precision: str = "no"
     """Accelerate mixed precision: no, fp16, bf16 (autocast; the trained weights stay float32)"""
+    generation_batch_size: int = 256
+    """episodes that generate at once at rollout (their KV caches share the memory); the rest wait"""
     micro_batch_size: int = 0
     """rows per forward/backward; a minibatch's gradients are accumulated over them (the step is the same); 0: the whole minibatch at once"""
     gradient_checkpointing: bool = False
@@ -227,7 +229,8 @@ def train(cfg: Config) -> dict:
             tasks = random.sample(train_tasks, cfg.tasks_per_step)
             policy.model.eval()
             trajs = rollout(policy, pool, spec, [t for t in tasks for _ in range(cfg.group_size)], horizon,
-                            groups=[g for g in range(len(tasks)) for _ in range(cfg.group_size)])
+                            groups=[g for g in range(len(tasks)) for _ in range(cfg.group_size)],
+                            batch_size=cfg.generation_batch_size)
             t_roll = time.time() - t0
             batch = make_batch(trajs, policy.tokenizer.pad_token_id)
             t_update = time.time()

@@ -13,6 +13,7 @@ train.py one at a time, then removing each one from the full set:
     ckpt         --gradient-checkpointing: keep each layer's input, recompute the rest in backward
     bf16         --mixed-precision bf16: activations and KV cache in 2 bytes (weights stay fp32)
     ref-cpu      --ref-device cpu: the frozen reference model off the accelerator
+    gen-batch    --generation-batch-size G: at most G episodes generate at once (KV cache)
     lora         --lora-rank R: frozen base (in bf16 with bf16), trainable adapters; reference =
                  the base with adapters off (no second copy)
 
@@ -33,12 +34,14 @@ import argparse
 import dataclasses
 from dataclasses import dataclass
 
-ACT_COEF_H = 16  # per-layer saved values per token, in units of H (norms, q/k/v/o, residuals)
-ACT_COEF_I = 5  # ... and of I (gate, up, act(gate), their product, down's input)
-OLD_LOGIT_COPIES = 6  # float32 (B, T, V) copies alive at the old path's peak (fitted on CPU)
-CHUNK_COPIES = 6  # the same, for one (C, V) chunk
+# Fitted to benchmarks/update_memory.py on CPU (float32; SmolLM2-135M and a V = 151,936 Qwen2 shape):
+ACT_COEF_H = 10  # per-layer saved values per token, in units of H (norms, q/k/v/o, residuals)
+ACT_COEF_I = 4  # ... and of I (gate, up, act(gate) times up: down's input)
+OLD_LOGIT_COPIES = 5.5  # float32 (B, T, V) copies alive at the old path's peak (measured 5.1-5.3)
+CHUNK_COPIES = 6  # the same, for one (C, V) chunk (measured 5-6)
 CHUNK_ELEMENTS = 2**25  # logprobs.CHUNK_ELEMENTS
 GB = 1e9
+SPARE = 0.9  # a plan fits when its estimate is under 90% of the card (fragmentation, CUDA context)
 
 
 @dataclass
@@ -102,6 +105,7 @@ class Run:
     minibatch_size: int = 8  # trajectories per optimizer step
     rollout_batch: int = 32  # trajectories generated at once (tasks_per_step x group_size)
     micro_batch_size: int = 1  # rows per forward/backward when `micro` is on
+    generation_batch_size: int = 8  # episodes generating at once when `gen_batch` is on
     lora_rank: int = 64
     chunked: bool = False
     micro: bool = False
@@ -109,9 +113,10 @@ class Run:
     bf16: bool = False
     ref_cpu: bool = False
     lora: bool = False
+    gen_batch: bool = False
 
 
-OPTIONS = ["chunked", "micro", "ckpt", "bf16", "ref_cpu", "lora"]
+OPTIONS = ["chunked", "micro", "ckpt", "bf16", "ref_cpu", "gen_batch", "lora"]  # the plan adds them in this order
 
 
 def update_parts(s: Shape, r: Run) -> dict[str, float]:
@@ -153,7 +158,7 @@ def rollout_parts(s: Shape, r: Run) -> dict[str, float]:
     """Bytes at the peak of a rollout: the resident training state + KV cache + one prefill."""
     u = update_parts(s, r)
     act = 2 if r.bf16 else 4
-    tokens = r.rollout_batch * r.seq_len
+    tokens = min(r.rollout_batch, r.generation_batch_size if r.gen_batch else r.rollout_batch) * r.seq_len
     return {
         "resident": u["weights"] + u["grads+adam"] - 4 * (s.lora_params(r.lora_rank) if r.lora else s.params())
         + u["reference"],  # gradients are freed after the optimizer step
@@ -171,14 +176,15 @@ def peaks(s: Shape, r: Run) -> tuple[float, float]:
 
 def flags(r: Run) -> str:
     f = {"micro": f"--micro-batch-size {r.micro_batch_size}", "ckpt": "--gradient-checkpointing on",
-         "bf16": "--mixed-precision bf16", "ref_cpu": "--ref-device cpu", "lora": f"--lora-rank {r.lora_rank}"}
+         "bf16": "--mixed-precision bf16", "ref_cpu": "--ref-device cpu", "lora": f"--lora-rank {r.lora_rank}",
+         "gen_batch": f"--generation-batch-size {r.generation_batch_size}"}
     return " ".join(v for k, v in f.items() if getattr(r, k)) or "(none)"
 
 
 def table(s: Shape, base: Run, gpu_gb: float) -> list[str]:
-    lines = [f"| options | rollout GB | update GB | fits {gpu_gb:.0f} GB |", "|---|---|---|---|"]
+    lines = [f"| options | rollout GB | update GB | fits {gpu_gb:.0f} GB (with 10% spare) |", "|---|---|---|---|"]
     row = lambda name, r: "| {} | {:.1f} | {:.1f} | {} |".format(
-        name, *peaks(s, r), "yes" if max(peaks(s, r)) <= gpu_gb else "no")
+        name, *peaks(s, r), "yes" if max(peaks(s, r)) <= SPARE * gpu_gb else "no")
     r = dataclasses.replace(base, **{o: False for o in OPTIONS})
     lines.append(row("none (the old path)", r))
     for o in OPTIONS:  # add one at a time
@@ -191,16 +197,16 @@ def table(s: Shape, base: Run, gpu_gb: float) -> list[str]:
 
 def plan(run: Run, gpu_gb: float) -> list[str]:
     """For each Qwen2.5 size: the fewest options (in the order above) that fit, LoRA last."""
-    out = [f"| model | params | flags | rollout GB | update GB |", "|---|---|---|---|---|"]
+    out = ["| model | params | flags | rollout GB | update GB |", "|---|---|---|---|---|"]
     for name in ["Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-3B-Instruct", "Qwen/Qwen2.5-7B-Instruct"]:
         s = shape_of(name)
         r = dataclasses.replace(run, chunked=True)
-        for o in ["micro", "ckpt", "bf16", "ref_cpu", "lora"]:
-            if max(peaks(s, r)) <= gpu_gb:
+        for o in OPTIONS[1:]:
+            if max(peaks(s, r)) <= SPARE * gpu_gb:
                 break
             r = dataclasses.replace(r, **{o: True})
         ro, up = peaks(s, r)
-        fits = "" if max(ro, up) <= gpu_gb else " (does not fit)"
+        fits = "" if max(ro, up) <= SPARE * gpu_gb else " (does not fit)"
         out.append(f"| {name} | {s.params() / 1e9:.2f}B | `{flags(r)}`{fits} | {ro:.1f} | {up:.1f} |")
     return out
 
@@ -213,12 +219,14 @@ def main():
     p.add_argument("--minibatch-size", type=int, default=8)
     p.add_argument("--rollout-batch", type=int, default=32, help="trajectories generated at once")
     p.add_argument("--micro-batch-size", type=int, default=1)
+    p.add_argument("--generation-batch-size", type=int, default=8)
     p.add_argument("--lora-rank", type=int, default=64)
     p.add_argument("--gpu-gb", type=float, default=80.0)
     p.add_argument("--plan", action="store_true", help="the 1.5B / 3B / 7B plan for one GPU")
     a = p.parse_args()
     run = Run(seq_len=a.seq_len, agent_frac=a.agent_frac, minibatch_size=a.minibatch_size,
-              rollout_batch=a.rollout_batch, micro_batch_size=a.micro_batch_size, lora_rank=a.lora_rank)
+              rollout_batch=a.rollout_batch, micro_batch_size=a.micro_batch_size, lora_rank=a.lora_rank,
+              generation_batch_size=a.generation_batch_size)
     print(f"seq_len {a.seq_len}, minibatch {a.minibatch_size} trajectories, rollout batch {a.rollout_batch}, "
           f"micro-batch {a.micro_batch_size}, LoRA rank {a.lora_rank}")
     if a.plan:
