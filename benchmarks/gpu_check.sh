@@ -5,7 +5,7 @@
 #
 #   bash benchmarks/gpu_check.sh                                   # Qwen/Qwen2.5-1.5B-Instruct
 #   MODEL=/path/to/model SEQ_LENS=2048,8192 bash benchmarks/gpu_check.sh
-#   MODEL=Qwen/Qwen2.5-7B-Instruct FLAGS="--micro-batch-size 1 --gradient-checkpointing on \
+#   MODEL=Qwen/Qwen2.5-7B-Instruct FLAGS="--micro-batch-size 1 --gradient-checkpointing true \
 #       --mixed-precision bf16 --lora-rank 64" bash benchmarks/gpu_check.sh
 #
 # Everything it measures is printed and kept under $OUT_DIR (default runs/gpu_check).
@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${MODEL:-Qwen/Qwen2.5-1.5B-Instruct}
 SEQ_LENS=${SEQ_LENS:-1024,4096,8192}
-FLAGS=${FLAGS:---micro-batch-size 1 --gradient-checkpointing on --mixed-precision bf16}
+FLAGS=${FLAGS:---micro-batch-size 1 --gradient-checkpointing true --mixed-precision bf16}
 DEVICE=${DEVICE:-cuda}
 STEPS=${STEPS:-2}
 OUT_DIR=${OUT_DIR:-runs/gpu_check}

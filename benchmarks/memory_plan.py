@@ -175,7 +175,7 @@ def peaks(s: Shape, r: Run) -> tuple[float, float]:
 
 
 def flags(r: Run) -> str:
-    f = {"micro": f"--micro-batch-size {r.micro_batch_size}", "ckpt": "--gradient-checkpointing on",
+    f = {"micro": f"--micro-batch-size {r.micro_batch_size}", "ckpt": "--gradient-checkpointing true",
          "bf16": "--mixed-precision bf16", "ref_cpu": "--ref-device cpu", "lora": f"--lora-rank {r.lora_rank}",
          "gen_batch": f"--generation-batch-size {r.generation_batch_size}"}
     return " ".join(v for k, v in f.items() if getattr(r, k)) or "(none)"
