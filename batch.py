@@ -3,7 +3,8 @@
 Where it sits: `agent.rollout()` returns trajectories whose token sequences are `Row`s;
 `make_batch()` pads them into one `Batch` of tensors; `train.py` fills `batch.ref_logprobs` with
 `token_logprobs()` under the frozen reference model, the algorithm file fills `batch.advantages`,
-and every minibatch's loss starts from `token_logprobs()` under the current policy. This file
+and every minibatch's loss starts from `token_logprobs()` under the current policy (computed by
+`logprobs.py` at the agent tokens only, in bounded memory). This file
 imports neither the environment client nor any algorithm, so an algorithm file that imports it
 never talks to an environment.
 
@@ -16,7 +17,8 @@ sampled: the steps of the token-level MDP that PPO's GAE and REINFORCE++'s retur
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
+
+from logprobs import agent_logprobs, predicting_positions
 
 
 @dataclass
@@ -35,7 +37,7 @@ class Batch:
     attention_mask: torch.Tensor  # (B, T)
     loss_mask: torch.Tensor  # (B, T) 1.0 on agent tokens
     old_logprobs: torch.Tensor  # (B, T) at sampling time, aligned with input_ids
-    allowed: torch.Tensor | None  # (B, T, V) bool where sampling was masked, else None
+    allowed: torch.Tensor | None  # (B, T, K) ids allowed where sampling was masked, -1 padded; None: no mask
     traj: torch.Tensor  # (B,) index of each row's trajectory
     turn: torch.Tensor  # (B,) index of the row within its trajectory
     rewards: torch.Tensor  # (N,) outcome reward per trajectory
@@ -56,29 +58,36 @@ class Batch:
                      self.rewards, self.groups, pick(self.ref_logprobs), pick(self.advantages),
                      pick(self.returns), pick(self.values))
 
+    def trim(self) -> "Batch":
+        """The same rows without the columns that are padding in every row (a micro-batch of
+        short rows then costs only its own length)."""
+        T = int(self.attention_mask.sum(-1).max())
+        cut = lambda x: None if x is None else x[:, :T]
+        return Batch(self.input_ids[:, :T], self.attention_mask[:, :T], self.loss_mask[:, :T],
+                     self.old_logprobs[:, :T], cut(self.allowed), self.traj, self.turn, self.rewards,
+                     self.groups, cut(self.ref_logprobs), cut(self.advantages), cut(self.returns), cut(self.values))
 
-def make_batch(trajs, pad_id: int, vocab_size: int) -> Batch:
+
+def make_batch(trajs, pad_id: int) -> Batch:
     """Trajectories (anything with `.rows`, `.reward` and `.group`, e.g. `agent.Trajectory`)
-    -> one right-padded Batch, rows of trajectory 0 first."""
+    -> one right-padded Batch, rows of trajectory 0 first. Masked sampling is kept as the id lists
+    the rollout stored (K = the most ids allowed anywhere), never as a (B, T, V) mask."""
     rows = [(n, k, r) for n, tr in enumerate(trajs) for k, r in enumerate(tr.rows)]
     B, T = len(rows), max(len(r.ids) for _, _, r in rows)
     ids = torch.full((B, T), pad_id, dtype=torch.long)
     attn = torch.zeros((B, T), dtype=torch.long)
     mask = torch.zeros((B, T))
     lp = torch.zeros((B, T))
-    masked = any(r.allowed for _, _, r in rows)
-    allowed = torch.zeros((B, T, vocab_size), dtype=torch.bool) if masked else None
+    K = max((len(ok) for _, _, r in rows for ok in r.allowed.values()), default=0)
+    allowed = torch.full((B, T, K), -1, dtype=torch.long) if K else None  # all -1: not masked
     for b, (_, _, r) in enumerate(rows):
         n = len(r.ids)
         ids[b, :n] = torch.tensor(r.ids)
         attn[b, :n] = 1
         mask[b, :n] = torch.tensor(r.mask, dtype=torch.float)
         lp[b, :n] = torch.tensor(r.logprobs)
-        if masked:
-            allowed[b, :, :] = True  # unmasked positions allow everything
-            for p, ok in r.allowed.items():
-                allowed[b, p, :] = False
-                allowed[b, p, ok] = True
+        for p, ok in r.allowed.items():
+            allowed[b, p, :len(ok)] = torch.tensor(ok)
     return Batch(
         input_ids=ids, attention_mask=attn, loss_mask=mask, old_logprobs=lp, allowed=allowed,
         traj=torch.tensor([n for n, _, _ in rows]), turn=torch.tensor([k for _, k, _ in rows]),
@@ -101,21 +110,17 @@ def agent_tokens(batch: Batch, n: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def token_logprobs(model, batch: Batch, temperature: float = 1.0, with_entropy: bool = False):
-    """Log-prob of every token given the ones before it, under the same (masked, temperature-
-    scaled) distribution it was sampled from. Position t holds log p(x_t | x_<t); position 0 is 0.
-    Returns (B, T) log-probs and, if asked, (B, T) entropies."""
-    device = next(model.parameters()).device
-    ids, attn = batch.input_ids.to(device), batch.attention_mask.to(device)
-    pos = (attn.cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos).logits[:, :-1].float()
-    logits = logits / temperature  # (B, T-1, V): logits[t] predicts token t+1
-    if batch.allowed is not None:
-        logits = logits.masked_fill(~batch.allowed[:, 1:].to(device), float("-inf"))
-    logp_all = F.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # (B, T-1)
-    logp = F.pad(logp, (1, 0))  # (B, T): align with input_ids
-    if not with_entropy:
-        return logp, None
-    p = logp_all.exp()
-    ent = -(p * logp_all.masked_fill(p == 0, 0.0)).sum(-1)  # (B, T-1); 0*log0 := 0
-    return logp, F.pad(ent, (1, 0))
+    """Log-prob of each agent token given the tokens before it, under the same (masked, temperature-
+    scaled) distribution it was sampled from, and the entropy of that distribution. Returns (B, T)
+    log-probs and, if asked, (B, T) entropies, at the agent tokens (loss mask 1); 0 elsewhere.
+    Computed by `logprobs.agent_logprobs`: only agent positions reach the LM head, in chunks."""
+    rows, cols = predicting_positions(batch.loss_mask)
+    allowed = None if batch.allowed is None else batch.allowed[rows, cols]  # (N, K)
+    logp, ent = agent_logprobs(model, batch.input_ids, batch.attention_mask, rows, cols, temperature,
+                               allowed, with_entropy)  # (N,)
+
+    def grid(x):  # (N,) -> (B, T), differentiable
+        where = (rows.to(x.device), cols.to(x.device))
+        return torch.zeros(batch.loss_mask.shape, device=x.device, dtype=x.dtype).index_put(where, x)
+
+    return grid(logp), grid(ent) if with_entropy else None

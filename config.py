@@ -20,6 +20,7 @@ import typing
 from dataclasses import dataclass
 
 import agent
+import lora
 import tiny
 
 
@@ -47,10 +48,15 @@ class AgentConfig:
     """turns of history the agent sees, 0: the whole conversation; auto: 1 for tiny, 0 for real models"""
 
 
-def load_agent(cfg: AgentConfig, device: str, model: str | None = None) -> agent.Policy:
+def load_agent(cfg: AgentConfig, device: str, model: str | None = None, trainable: bool = False) -> agent.Policy:
     """The policy named by `model` (default `cfg.model`) with the model's own defaults,
-    overridden by every setting of `cfg` that is not auto."""
+    overridden by every setting of `cfg` that is not auto. A folder of LoRA adapters (lora.py)
+    loads its base model with the adapters on (`trainable`: to continue training them)."""
     name = model or cfg.model
+    if lora.is_adapter(name):
+        policy = load_agent(cfg, device, model=lora.base_of(name))
+        policy.model = lora.load_adapters(policy.model, name, trainable)
+        return policy
     policy = tiny.load(name, cfg.env, device) if tiny.is_tiny(name) else agent.load_policy(name, device)
     policy.temperature = cfg.temperature
     for key in ("max_new_tokens", "mask_actions", "context_turns"):

@@ -30,9 +30,11 @@ the agent mask, so R vanished; `tests/test_algorithms.py` would catch that.)
 
 With gamma = lam = 1 (the paper's defaults) A_k = R - V_k: every agent token of a trajectory is
 credited with its outcome, minus the critic's guess at that point. Loss over the agent tokens of a
-minibatch ("token-mean"), advantages whitened per minibatch (`norm_adv`, as CleanRL; in float64,
-so that a minibatch whose advantages are all equal, e.g. equal rewards under the zero critic of
-step 1, gets exactly 0 rather than float32 noise blown up to +-1), the clipped surrogate of
+minibatch ("token-mean"), advantages whitened once over the batch's agent tokens (`norm_adv`, as
+verl's `masked_whiten`; per batch rather than per minibatch, so that splitting a minibatch into
+micro-batches leaves the update unchanged; in float64, so that a batch whose advantages are all
+equal, e.g. equal rewards under the zero critic of step 1, gets exactly 0 rather than float32
+noise blown up to +-1), the clipped surrogate of
 Schulman et al. (2017), eq. 7, shared with GRPO (`algorithm.clipped_policy_loss`), plus a clipped
 value loss (their eq. 9 adds an unclipped one; the clip is verl's and the baselines'):
 
@@ -51,10 +53,10 @@ import copy
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from algorithm import Algorithm, State, clipped_policy_loss, masked_mean
 from batch import agent_tokens
+from logprobs import position_ids, predicting_positions
 
 
 class Critic(nn.Module):
@@ -71,13 +73,14 @@ class Critic(nn.Module):
         self.head.to(next(self.backbone.parameters()).device)
 
     def forward(self, batch) -> torch.Tensor:
-        """(B, T) token ids -> (B, T) values; position t holds V of the state before token t."""
+        """(B, T) token ids -> (B, T) values: at each agent token t, V of the state before it,
+        read from h[t-1] like the policy's logits for t (logprobs.py); 0 elsewhere."""
         device = self.head.weight.device
         ids, attn = batch.input_ids.to(device), batch.attention_mask.to(device)
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        h = self.backbone(input_ids=ids, attention_mask=attn, position_ids=pos).last_hidden_state  # (B, T, H)
-        v = self.head(h.float()).squeeze(-1)  # (B, T): value after reading token t
-        return F.pad(v[:, :-1], (1, 0))  # shift: the state before token t is the prefix x_<t
+        rows, cols = predicting_positions(batch.loss_mask.to(device))
+        h = self.backbone(input_ids=ids, attention_mask=attn, position_ids=position_ids(attn)).last_hidden_state
+        v = self.head(h[rows, cols - 1].float()).squeeze(-1)  # (N,): the prefix x_<t, (B, T, H) -> (N,)
+        return torch.zeros(batch.loss_mask.shape, device=device).index_put((rows, cols), v)
 
 
 def init(policy_model: nn.Module, cfg, lr: float) -> State:
@@ -118,7 +121,8 @@ def advantages(batch, cfg, state: State | None = None) -> None:
         a, g = gae(r, values[b, t], cfg.gamma, cfg.lam)
         adv[b, t], ret[b, t] = a, g
     batch.values = values * batch.loss_mask
-    batch.advantages, batch.returns = adv, ret
+    batch.advantages = whiten(adv, batch.loss_mask, cfg.whiten_eps) if cfg.norm_adv else adv
+    batch.returns = ret
 
 
 def whiten(adv: torch.Tensor, mask: torch.Tensor, eps: float) -> torch.Tensor:
@@ -151,8 +155,8 @@ def value_loss(values: torch.Tensor, mb, cfg):
 def loss(logp: torch.Tensor, entropy: torch.Tensor | None, mb, cfg, state: State | None = None):
     """The shared clipped policy loss on (whitened) advantages, plus vf_coef times the clipped
     value loss of the critic's fresh values (when there is a critic). Returns (loss, stats)."""
-    adv = whiten(mb.advantages, mb.loss_mask, cfg.whiten_eps) if cfg.norm_adv else mb.advantages
-    total, stats = clipped_policy_loss(logp, entropy, mb, adv, cfg.clip_ratio, cfg.kl_coef, cfg.entropy_coef)
+    total, stats = clipped_policy_loss(logp, entropy, mb, mb.advantages, cfg.clip_ratio, cfg.kl_coef,
+                                       cfg.entropy_coef)
     if state is not None:
         v_loss, v_stats = value_loss(state.model(mb), mb, cfg)
         total = total + cfg.vf_coef * v_loss.to(logp.device)

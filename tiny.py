@@ -153,7 +153,7 @@ def build_tiny_policy(env: str, path: str, seed: int = 0, warmup_steps: int = 20
                 trie = trie[t]
             rows.append(Row(ids=ctx + reply, mask=[0] * len(ctx) + [1] * len(reply),
                             logprobs=[0.0] * (len(ctx) + len(reply)), allowed=allowed))
-        batch = make_batch([Trajectory(task=0, group=0, rows=rows)], tok.pad_token_id, len(tok))
+        batch = make_batch([Trajectory(task=0, group=0, rows=rows)], tok.pad_token_id)
         logp, _ = token_logprobs(model, batch)
         loss = -(logp * batch.loss_mask).sum() / batch.loss_mask.sum()
         opt.zero_grad()

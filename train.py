@@ -40,6 +40,7 @@ from accelerate import Accelerator
 from tqdm import tqdm
 
 import grpo
+import lora
 import ppo
 import reinforce_pp
 import tiny
@@ -106,7 +107,7 @@ class Config(AgentConfig):
     lam: float = 1.0
     """ppo: GAE lambda"""
     norm_adv: bool = True
-    """ppo: whiten the advantages over each minibatch's agent tokens"""
+    """ppo: whiten the advantages over the batch's agent tokens (verl's masked_whiten)"""
     whiten_eps: float = 1e-8
     """ppo, reinforce_pp: added to the std (ppo) or the variance (reinforce_pp) when whitening"""
     vf_coef: float = 0.5
@@ -128,7 +129,19 @@ class Config(AgentConfig):
     resume: str = ""
     """checkpoint folder to continue from (model, optimizer, algorithm state, step, RNG)"""
     mixed_precision: str = "no"
-    """Accelerate mixed precision: no, fp16, bf16"""
+    """Accelerate mixed precision: no, fp16, bf16 (autocast; the trained weights stay float32)"""
+    generation_batch_size: int = 256
+    """episodes that generate at once at rollout (their KV caches share the memory); the rest wait"""
+    micro_batch_size: int = 0
+    """rows per forward/backward; a minibatch's gradients are accumulated over them (the step is the same); 0: the whole minibatch at once"""
+    gradient_checkpointing: bool = False
+    """recompute each layer's activations in backward instead of keeping them (less memory, ~1/3 more compute)"""
+    ref_device: str = "auto"
+    """where the frozen reference model lives: auto (the policy's device) or cpu"""
+    lora_rank: int = 0
+    """train rank-R LoRA adapters (lora.py) instead of all weights; the reference is the base with adapters off; 0: off"""
+    lora_alpha: float = 0.0
+    """LoRA scale alpha (the update is alpha / rank * B A); 0: 2 * rank"""
 
 
 def parse_args(argv=None) -> Config:
@@ -176,12 +189,21 @@ def train(cfg: Config) -> dict:
     if cfg.resume:
         cfg.resume = checkpoint_folder(cfg.resume)
     saved = torch.load(os.path.join(cfg.resume, "state.pt"), weights_only=False) if cfg.resume else None
-    policy = load_agent(cfg, accelerator.device, model=cfg.resume or None)
+    policy = load_agent(cfg, accelerator.device, model=cfg.resume or None, trainable=True)
+    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.mixed_precision) if device == "cuda" else None
+    if cfg.lora_rank and not lora.has_adapters(policy.model):
+        policy.model = lora.add_adapters(policy.model.to(half or torch.float32), cfg.lora_rank, cfg.lora_alpha)
+    if cfg.gradient_checkpointing:  # active in train mode only: generation keeps its KV cache
+        policy.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     ref_path = saved["ref_path"] if saved else policy.path  # the run's starting weights
-    ref_model = load_agent(cfg, accelerator.device, model=ref_path).model.eval().requires_grad_(False) \
-        if cfg.kl_coef else None
+    ref_model = None  # with LoRA the reference is the policy with its adapters off (lora.reference)
+    if cfg.kl_coef and not lora.has_adapters(policy.model):
+        ref_device = "cpu" if cfg.ref_device == "cpu" else accelerator.device
+        ref_model = load_agent(cfg, ref_device, model=ref_path).model.eval().requires_grad_(False)
+        if half and ref_device != "cpu":
+            ref_model.to(half)  # frozen: no fp32 master copy needed
     lr = cfg.lr or (tiny.LR if policy.is_tiny else REAL_MODEL_LR)
-    optimizer = torch.optim.AdamW(policy.model.parameters(), lr=lr)
+    optimizer = torch.optim.AdamW([p for p in policy.model.parameters() if p.requires_grad], lr=lr)
     policy.model, optimizer = accelerator.prepare(policy.model, optimizer)
     algo = ALGOS[cfg.algo]
     state = algo.init(accelerator.unwrap_model(policy.model), cfg, lr) if algo.init else None
@@ -243,7 +265,8 @@ def train(cfg: Config) -> dict:
             tasks = random.sample(train_tasks, cfg.tasks_per_step)
             policy.model.eval()
             trajs = rollout(policy, pool, spec, [t for t in tasks for _ in range(cfg.group_size)], horizon,
-                            groups=[g for g in range(len(tasks)) for _ in range(cfg.group_size)])
+                            groups=[g for g in range(len(tasks)) for _ in range(cfg.group_size)],
+                            batch_size=cfg.generation_batch_size)
             t_roll = time.time() - t0
             episodes, trajs = trajs, usable(trajs, step)  # all of them (saved), those that train
             n_errors = len(episodes) - len(trajs)
@@ -254,29 +277,29 @@ def train(cfg: Config) -> dict:
             if not trajs:  # nothing to learn from this step; the pool restarts a crashed server
                 log_metrics(metrics_path, writer, {"step": step, "horizon": horizon, "charts/env_errors": n_errors})
                 continue
-            batch = make_batch(trajs, policy.tokenizer.pad_token_id, policy.model.config.vocab_size)
-            if ref_model is not None:
-                with torch.no_grad():
-                    batch.ref_logprobs, _ = token_logprobs(ref_model, batch, cfg.temperature)
-            algo.advantages(batch, cfg, state)
+            batch = make_batch(trajs, policy.tokenizer.pad_token_id)
+            t_update = time.time()
+            if cfg.kl_coef:
+                with accelerator.autocast(), lora.reference(policy.model):
+                    batch.ref_logprobs = reference_logprobs(ref_model or policy.model, batch, cfg)
+            with accelerator.autocast():  # an algorithm with a model of its own reads the batch here
+                algo.advantages(batch, cfg, state)
             policy.model.train()
             stats: dict[str, list] = {}
             for _ in range(cfg.epochs):
                 perm = torch.randperm(len(trajs))
                 for s in range(0, len(trajs), cfg.minibatch_size):
                     rows = torch.isin(batch.traj, perm[s:s + cfg.minibatch_size]).nonzero().squeeze(-1)
-                    mb = batch.select(rows)
-                    logp, ent = token_logprobs(policy.model, mb, cfg.temperature, with_entropy=True)
-                    loss, st = algo.loss(logp, ent, mb, cfg, state)
                     for _, opt in trained:
                         opt.zero_grad()
-                    accelerator.backward(loss)
+                    st = accumulate_gradients(policy.model, batch.select(rows), algo, cfg, state, accelerator)
                     for model, opt in trained:  # the policy, then the algorithm's own model
                         accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
                         opt.step()
-                    st["losses/loss"] = loss.item()
                     for k, v in st.items():
                         stats.setdefault(k, []).append(v)
+            for _, opt in trained:  # free the gradients before the next rollout
+                opt.zero_grad(set_to_none=True)
             gen_tokens = int(batch.loss_mask.sum())
             m = {
                 "step": step, "horizon": horizon,
@@ -286,6 +309,8 @@ def train(cfg: Config) -> dict:
                 "charts/tokens_per_s": gen_tokens / max(t_roll, 1e-9),
                 "charts/seconds_per_step": time.time() - t0,
                 "charts/env_errors": n_errors,  # episodes left out of this step's update
+                "perf/update_tokens_per_s": cfg.epochs * int(batch.attention_mask.sum()) / (time.time() - t_update),
+                "perf/peak_memory_gb": peak_memory_gb(device),
                 **{k: float(np.mean(v)) for k, v in stats.items()},
             }
             log_metrics(metrics_path, writer, m)
@@ -318,6 +343,62 @@ def log_metrics(path: str, writer, m: dict) -> None:
         for k, v in m.items():
             if k != "step":
                 writer.add_scalar(k, v, m["step"])
+
+
+def micro_batches(mb, size: int):
+    """Minibatch `mb` as micro-batches of `size` rows (0: one), each trimmed to its longest row."""
+    size = size or len(mb)
+    return [mb.select(torch.arange(s, min(s + size, len(mb)))).trim() for s in range(0, len(mb), size)]
+
+
+def accumulate_gradients(model, mb, algo, cfg, state, accelerator) -> dict:
+    """Backward of the algorithm's loss on minibatch `mb`, one micro-batch at a time.
+
+    Every term of the loss is a token-mean over the minibatch's agent tokens, so the loss of micro-
+    batch i, weighted by its share n_i / n of those tokens, sums to the minibatch's loss, and the
+    accumulated gradients are the minibatch's (tests/test_train.py checks this to float tolerance).
+    Only one micro-batch's activations are alive at a time. Returns the minibatch's stats."""
+    n = mb.loss_mask.sum()
+    stats: dict[str, float] = {}
+    for micro in micro_batches(mb, cfg.micro_batch_size):
+        w = float(micro.loss_mask.sum() / n) if n > 0 else 1.0
+        if w == 0.0:
+            continue  # no agent token: contributes nothing
+        with accelerator.autocast():
+            logp, ent = token_logprobs(model, micro, cfg.temperature, with_entropy=True)
+            loss, st = algo.loss(logp, ent, micro, cfg, state)
+        accelerator.backward(loss * w)
+        for k, v in {**st, "losses/loss": loss.item()}.items():
+            stats[k] = stats.get(k, 0.0) + w * v
+    return stats
+
+
+@torch.no_grad()
+def reference_logprobs(model, batch, cfg) -> torch.Tensor:
+    """(B, T) log-probs of the agent tokens under the frozen reference `model`, once per batch,
+    in micro-batches (cfg.micro_batch_size rows) on whatever device the model is on."""
+    out = torch.zeros_like(batch.loss_mask)
+    size = cfg.micro_batch_size or len(batch)
+    for s in range(0, len(batch), size):
+        micro = batch.select(torch.arange(s, min(s + size, len(batch)))).trim()
+        lp, _ = token_logprobs(model, micro, cfg.temperature)
+        out[s:s + len(micro), :lp.shape[1]] = lp.float().cpu()
+    return out
+
+
+def peak_memory_gb(device: str) -> float:
+    """Peak memory since the last call: the accelerator's allocations, or the process's RSS."""
+    if device == "cuda":
+        peak = torch.cuda.max_memory_allocated() / 1e9
+        torch.cuda.reset_peak_memory_stats()
+        return peak
+    try:
+        peak = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM")) * 1024 / 1e9
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset the peak RSS to the current one (Linux)
+        return peak
+    except OSError:
+        return float("nan")
 
 
 def save_checkpoint(cfg, accelerator, policy, optimizer, step, ref_path, state=None):

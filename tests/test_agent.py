@@ -87,7 +87,7 @@ def test_free_generation_masks_exactly_the_sampled_tokens(tiny_path, pool):
 def test_stored_logprobs_equal_a_fresh_forward_pass(tiny_path, pool):
     for context_turns, mask in [(0, True), (1, True), (0, False)]:
         policy, trajs = run(tiny_path, pool, context_turns=context_turns, mask_actions=mask)
-        batch = make_batch(trajs, policy.tokenizer.pad_token_id, policy.model.config.vocab_size)
+        batch = make_batch(trajs, policy.tokenizer.pad_token_id)
         with torch.no_grad():
             logp, _ = token_logprobs(policy.model, batch, policy.temperature)
         m = batch.loss_mask.bool()
@@ -108,7 +108,7 @@ def test_observation_tokens_get_no_gradient(tiny_path, pool):
     policy, trajs = run(tiny_path, pool, context_turns=0, mask_actions=True)
     for i, t in enumerate(trajs):
         t.reward = float(i < 4)  # each group: one success, one failure
-    batch = make_batch(trajs, policy.tokenizer.pad_token_id, policy.model.config.vocab_size)
+    batch = make_batch(trajs, policy.tokenizer.pad_token_id)
     with torch.no_grad():
         batch.ref_logprobs, _ = token_logprobs(policy.model, batch)
     grpo.advantages(batch, Config())
@@ -128,7 +128,7 @@ def test_observation_tokens_do_not_change_the_update(tiny_path, pool):
     policy, trajs = run(tiny_path, pool, context_turns=0, mask_actions=True)
     for i, t in enumerate(trajs):
         t.reward = float(i < 4)
-    batch = make_batch(trajs, policy.tokenizer.pad_token_id, policy.model.config.vocab_size)
+    batch = make_batch(trajs, policy.tokenizer.pad_token_id)
     grpo.advantages(batch, Config())
     with torch.no_grad():
         logp, _ = token_logprobs(policy.model, batch)

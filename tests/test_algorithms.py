@@ -52,7 +52,7 @@ def test_gae_matches_a_hand_computed_multi_turn_example():
     big = 100.0  # values at observation tokens: must not enter the recursion
     values = [[big, big, big, 0.2, 0.4, big], [big, big, 0.5, big]]
     b = two_turn_batch(values)
-    ppo.advantages(b, Config(gamma=0.9, lam=0.8))
+    ppo.advantages(b, Config(gamma=0.9, lam=0.8, norm_adv=False))
     expect_adv = torch.tensor([[0, 0, 0, 0.592, 0.6, 0], [0, 0, 0.10624, 0, 0, 0]])
     expect_ret = torch.tensor([[0, 0, 0, 0.792, 1.0, 0], [0, 0, 0.60624, 0, 0, 0]])
     torch.testing.assert_close(b.advantages, expect_adv)
@@ -66,7 +66,7 @@ def test_values_at_observation_tokens_do_not_leak_into_the_advantage():
         values = [[agent_v.get((r, c), obs_v) for c in range(6)] for r in range(2)]
         values[1] = values[1][:4]
         b = two_turn_batch(values)
-        ppo.advantages(b, Config(gamma=0.9, lam=0.8))
+        ppo.advantages(b, Config(gamma=0.9, lam=0.8, norm_adv=False))
         out.append((b.advantages, b.returns))
     for adv, ret in out[1:]:
         torch.testing.assert_close(adv, out[0][0])
@@ -79,7 +79,7 @@ def test_with_gamma_lambda_1_and_a_zero_critic_every_agent_token_gets_the_final_
              [O, A, O],  # trajectory 1, turn 1 (ends on an observation token)
              [O, O, O, A]]  # trajectory 2
     b = batch_of(masks, traj=[0, 1, 1, 2], turn=[0, 0, 1, 0], rewards=[1.0, 0.0, 0.5])
-    ppo.advantages(b, Config(gamma=1.0, lam=1.0))  # values None: a zero critic
+    ppo.advantages(b, Config(gamma=1.0, lam=1.0, norm_adv=False))  # values None: a zero critic
     expect = b.rewards[b.traj].unsqueeze(-1) * b.loss_mask
     torch.testing.assert_close(b.advantages, expect)
     torch.testing.assert_close(b.returns, expect)
@@ -91,7 +91,7 @@ def test_critic_value_at_token_t_sees_only_the_tokens_before_it():
     critic = ppo.Critic(policy.model)
     torch.nn.init.normal_(critic.head.weight)  # a non-zero head, so values differ
     ids = torch.randint(4, policy.model.config.vocab_size, (1, 8))
-    b = batch_of([[O] * 8], traj=[0], turn=[0], rewards=[0.0])
+    b = batch_of([[O] + [A] * 7], traj=[0], turn=[0], rewards=[0.0])  # values are read at agent tokens
     b.input_ids = ids
     with torch.no_grad():
         v1 = critic(b)

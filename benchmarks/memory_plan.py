@@ -1,0 +1,242 @@
+"""How much accelerator memory a training run needs, from the model's config alone (no weights).
+
+    python benchmarks/memory_plan.py --model Qwen/Qwen2.5-7B-Instruct --seq-len 16384 --micro-batch-size 1
+    python benchmarks/memory_plan.py --plan          # 1.5B, 3B, 7B on one 80 GB GPU: the flags that fit
+
+`--model` is one of the built-in published shapes (Qwen2.5-0.5B/1.5B/3B/7B-Instruct, SmolLM2-135M-
+Instruct: no hub needed), a local folder, or a hub id (read with AutoConfig when the hub is
+reachable). Prints the estimated peak of a rollout and of an update, first adding the options of
+train.py one at a time, then removing each one from the full set:
+
+    chunked      log-probs at agent tokens in chunks (logprobs.py) instead of (B, T, V) logits
+    micro        --micro-batch-size: rows per forward/backward (gradient accumulation)
+    ckpt         --gradient-checkpointing: keep each layer's input, recompute the rest in backward
+    bf16         --mixed-precision bf16: activations and KV cache in 2 bytes (weights stay fp32)
+    ref-cpu      --ref-device cpu: the frozen reference model off the accelerator
+    gen-batch    --generation-batch-size G: at most G episodes generate at once (KV cache)
+    lora         --lora-rank R: frozen base (in bf16 with bf16), trainable adapters; reference =
+                 the base with adapters off (no second copy)
+
+The model of memory (bytes; P parameters, L layers, H hidden, I MLP width, V vocabulary):
+    weights 4P (fp32, Accelerate keeps fp32 weights under bf16), gradients 4P, AdamW 8P;
+    reference 4P (2P in bf16) on the accelerator unless on CPU;
+    per token and layer, the activations a backward pass keeps: ACT_COEF_H * H + ACT_COEF_I * I
+    values (attention through SDPA/flash, no T x T matrix), in the activation dtype; with
+    checkpointing only the layer input (H fp32 values) plus one layer's activations at a time;
+    logits, old path: OLD_LOGIT_COPIES float32 copies of (rows, T, V), for the whole rollout
+    batch at once in the reference pass (as the old train.py did); chunked: CHUNK_COPIES (C, V);
+    rollout: weights + resident training state + KV cache 2 * L * kv_heads * head_dim * tokens.
+The constants were fitted to what `benchmarks/update_memory.py` measured on CPU (see README);
+the estimate is a guide to which flags a card needs, not a promise to the last GB.
+"""
+
+import argparse
+import dataclasses
+from dataclasses import dataclass
+
+# Fitted to benchmarks/update_memory.py on CPU (float32; SmolLM2-135M and a V = 151,936 Qwen2 shape):
+ACT_COEF_H = 10  # per-layer saved values per token, in units of H (norms, q/k/v/o, residuals)
+ACT_COEF_I = 4  # ... and of I (gate, up, act(gate) times up: down's input)
+OLD_LOGIT_COPIES = 5.5  # float32 (B, T, V) copies alive at the old path's peak (measured 5.1-5.3)
+CHUNK_COPIES = 6  # the same, for one (C, V) chunk (measured 5-6)
+CHUNK_ELEMENTS = 2**25  # logprobs.CHUNK_ELEMENTS
+GB = 1e9
+SPARE = 0.9  # a plan fits when its estimate is under 90% of the card (fragmentation, CUDA context)
+
+
+@dataclass
+class Shape:
+    """The numbers of a decoder-only transformer that decide its memory."""
+
+    vocab: int
+    hidden: int
+    inter: int
+    layers: int
+    heads: int
+    kv_heads: int
+    tied: bool
+    qkv_bias: bool = True
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    def params(self) -> int:
+        H, kv = self.hidden, self.kv_heads * self.head_dim
+        attn = H * H + 2 * H * kv + H * H + (H + 2 * kv if self.qkv_bias else 0)
+        layer = attn + 3 * H * self.inter + 2 * H
+        return self.vocab * H * (1 if self.tied else 2) + self.layers * layer + H
+
+    def lora_params(self, r: int) -> int:
+        """Rank-r adapters on every linear layer of every block: r * (in + out) each."""
+        H, kv, I = self.hidden, self.kv_heads * self.head_dim, self.inter
+        per_layer = r * ((H + H) * 2 + (H + kv) * 2 + (H + I) * 2 + (I + H))
+        return self.layers * per_layer
+
+
+# Published configs (config.json of each model on the Hugging Face hub).
+KNOWN = {
+    "Qwen/Qwen2.5-0.5B-Instruct": Shape(151936, 896, 4864, 24, 14, 2, tied=True),
+    "Qwen/Qwen2.5-1.5B-Instruct": Shape(151936, 1536, 8960, 28, 12, 2, tied=True),
+    "Qwen/Qwen2.5-3B-Instruct": Shape(151936, 2048, 11008, 36, 16, 2, tied=True),
+    "Qwen/Qwen2.5-7B-Instruct": Shape(152064, 3584, 18944, 28, 28, 4, tied=False),
+    "HuggingFaceTB/SmolLM2-135M-Instruct": Shape(49152, 576, 1536, 30, 9, 3, tied=True, qkv_bias=False),
+}
+
+
+def shape_of(model: str) -> Shape:
+    if model in KNOWN:
+        return KNOWN[model]
+    from transformers import AutoConfig  # a local folder, or a hub id when the hub is reachable
+
+    c = AutoConfig.from_pretrained(model)
+    return Shape(c.vocab_size, c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.num_attention_heads,
+                 getattr(c, "num_key_value_heads", None) or c.num_attention_heads,
+                 tied=bool(getattr(c, "tie_word_embeddings", False)),
+                 qkv_bias=bool(getattr(c, "attention_bias", c.model_type == "qwen2")))
+
+
+@dataclass
+class Run:
+    """The sizes of one training step and the options that are on."""
+
+    seq_len: int = 8192  # tokens per trajectory (one row: full context)
+    agent_frac: float = 0.5  # share of those tokens that are the agent's own
+    minibatch_size: int = 8  # trajectories per optimizer step
+    rollout_batch: int = 32  # trajectories generated at once (tasks_per_step x group_size)
+    micro_batch_size: int = 1  # rows per forward/backward when `micro` is on
+    generation_batch_size: int = 8  # episodes generating at once when `gen_batch` is on
+    lora_rank: int = 64
+    chunked: bool = False
+    micro: bool = False
+    ckpt: bool = False
+    bf16: bool = False
+    ref_cpu: bool = False
+    lora: bool = False
+    gen_batch: bool = False
+
+
+OPTIONS = ["chunked", "micro", "ckpt", "bf16", "ref_cpu", "gen_batch", "lora"]  # the plan adds them in this order
+
+
+def update_parts(s: Shape, r: Run) -> dict[str, float]:
+    """Bytes of each part alive at the peak of an update (policy forward/backward + optimizer)."""
+    P = s.params()
+    act = 2 if r.bf16 else 4
+    trained = s.lora_params(r.lora_rank) if r.lora else P
+    parts = {
+        "weights": (2 * P if r.lora and r.bf16 else 4 * P) + (4 * trained if r.lora else 0),
+        "grads+adam": 12 * trained,
+        "reference": 0 if (r.ref_cpu or r.lora) else (2 if r.bf16 else 4) * P,
+    }
+    rows = r.micro_batch_size if r.micro else r.minibatch_size
+    tokens = rows * r.seq_len
+    per_layer = (ACT_COEF_H * s.hidden + ACT_COEF_I * s.inter) * act  # bytes per token and layer
+    if r.ckpt:
+        parts["activations"] = tokens * (s.layers * s.hidden * 4 + per_layer)
+    else:
+        parts["activations"] = tokens * s.layers * per_layer
+    if r.chunked:
+        chunk = max(1, CHUNK_ELEMENTS // s.vocab)
+        parts["logits"] = CHUNK_COPIES * 4 * min(chunk, int(tokens * r.agent_frac)) * s.vocab
+    else:
+        parts["logits"] = OLD_LOGIT_COPIES * 4 * tokens * s.vocab
+    return parts
+
+
+def reference_pass(s: Shape, r: Run) -> float:
+    """Bytes beyond the resident state while the reference log-probs are computed (no grad)."""
+    act = 2 if r.bf16 else 4
+    if r.chunked:  # per micro-batch, one layer's activations at a time, one chunk of logits
+        rows = r.micro_batch_size if r.micro else r.minibatch_size
+        return rows * r.seq_len * (4 * s.hidden + 2 * s.inter) * act + CHUNK_COPIES * 4 * CHUNK_ELEMENTS
+    # the old train.py: one forward over the whole rollout batch, full logits
+    return r.rollout_batch * r.seq_len * (s.vocab * 4 * 3 + (4 * s.hidden + 2 * s.inter) * act)
+
+
+def rollout_parts(s: Shape, r: Run) -> dict[str, float]:
+    """Bytes at the peak of a rollout: the resident training state + KV cache + one prefill."""
+    u = update_parts(s, r)
+    act = 2 if r.bf16 else 4
+    tokens = min(r.rollout_batch, r.generation_batch_size if r.gen_batch else r.rollout_batch) * r.seq_len
+    return {
+        "resident": u["weights"] + u["grads+adam"] - 4 * (s.lora_params(r.lora_rank) if r.lora else s.params())
+        + u["reference"],  # gradients are freed after the optimizer step
+        "kv_cache": 2 * s.layers * s.kv_heads * s.head_dim * act * tokens,
+        "prefill": tokens * (4 * s.hidden + 2 * s.inter) * act,  # one layer's transient at a time
+    }
+
+
+def peaks(s: Shape, r: Run) -> tuple[float, float]:
+    u = update_parts(s, r)
+    resident = u["weights"] + u["grads+adam"] + u["reference"]
+    update = max(sum(u.values()), resident + reference_pass(s, r))
+    return sum(rollout_parts(s, r).values()) / GB, update / GB
+
+
+def flags(r: Run) -> str:
+    f = {"micro": f"--micro-batch-size {r.micro_batch_size}", "ckpt": "--gradient-checkpointing true",
+         "bf16": "--mixed-precision bf16", "ref_cpu": "--ref-device cpu", "lora": f"--lora-rank {r.lora_rank}",
+         "gen_batch": f"--generation-batch-size {r.generation_batch_size}"}
+    return " ".join(v for k, v in f.items() if getattr(r, k)) or "(none)"
+
+
+def table(s: Shape, base: Run, gpu_gb: float) -> list[str]:
+    lines = [f"| options | rollout GB | update GB | fits {gpu_gb:.0f} GB (with 10% spare) |", "|---|---|---|---|"]
+    row = lambda name, r: "| {} | {:.1f} | {:.1f} | {} |".format(
+        name, *peaks(s, r), "yes" if max(peaks(s, r)) <= SPARE * gpu_gb else "no")
+    r = dataclasses.replace(base, **{o: False for o in OPTIONS})
+    lines.append(row("none (the old path)", r))
+    for o in OPTIONS:  # add one at a time
+        r = dataclasses.replace(r, **{o: True})
+        lines.append(row("+ " + o, r))
+    for o in OPTIONS:  # everything but one
+        lines.append(row("all but " + o, dataclasses.replace(r, **{o: False})))
+    return lines
+
+
+def plan(run: Run, gpu_gb: float) -> list[str]:
+    """For each Qwen2.5 size: the fewest options (in the order above) that fit, LoRA last."""
+    out = ["| model | params | flags | rollout GB | update GB |", "|---|---|---|---|---|"]
+    for name in ["Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-3B-Instruct", "Qwen/Qwen2.5-7B-Instruct"]:
+        s = shape_of(name)
+        r = dataclasses.replace(run, chunked=True)
+        for o in OPTIONS[1:]:
+            if max(peaks(s, r)) <= SPARE * gpu_gb:
+                break
+            r = dataclasses.replace(r, **{o: True})
+        ro, up = peaks(s, r)
+        fits = "" if max(ro, up) <= SPARE * gpu_gb else " (does not fit)"
+        out.append(f"| {name} | {s.params() / 1e9:.2f}B | `{flags(r)}`{fits} | {ro:.1f} | {up:.1f} |")
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="Qwen/Qwen2.5-7B-Instruct")
+    p.add_argument("--seq-len", type=int, default=8192)
+    p.add_argument("--agent-frac", type=float, default=0.5, help="share of tokens that are the agent's")
+    p.add_argument("--minibatch-size", type=int, default=8)
+    p.add_argument("--rollout-batch", type=int, default=32, help="trajectories generated at once")
+    p.add_argument("--micro-batch-size", type=int, default=1)
+    p.add_argument("--generation-batch-size", type=int, default=8)
+    p.add_argument("--lora-rank", type=int, default=64)
+    p.add_argument("--gpu-gb", type=float, default=80.0)
+    p.add_argument("--plan", action="store_true", help="the 1.5B / 3B / 7B plan for one GPU")
+    a = p.parse_args()
+    run = Run(seq_len=a.seq_len, agent_frac=a.agent_frac, minibatch_size=a.minibatch_size,
+              rollout_batch=a.rollout_batch, micro_batch_size=a.micro_batch_size, lora_rank=a.lora_rank,
+              generation_batch_size=a.generation_batch_size)
+    print(f"seq_len {a.seq_len}, minibatch {a.minibatch_size} trajectories, rollout batch {a.rollout_batch}, "
+          f"micro-batch {a.micro_batch_size}, LoRA rank {a.lora_rank}")
+    if a.plan:
+        print("\n".join(plan(run, a.gpu_gb)))
+        return
+    s = shape_of(a.model)
+    print(f"{a.model}: {s.params() / 1e9:.3f}B parameters, {s.layers} layers, hidden {s.hidden}, "
+          f"vocabulary {s.vocab}; LoRA rank {a.lora_rank}: {s.lora_params(a.lora_rank) / 1e6:.1f}M")
+    print("\n".join(table(s, run, a.gpu_gb)))
+
+
+if __name__ == "__main__":
+    main()
