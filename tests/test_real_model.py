@@ -95,7 +95,9 @@ def test_the_loss_mask_decodes_to_exactly_the_replies(policy, free_run):
             msgs.append(m)
         last = max(i for i, m in enumerate(msgs) if m["role"] == "assistant")
         text = tok.apply_chat_template(msgs[:last + 1], tokenize=False)
-        assert tok.decode(row.ids) == text[:text.rindex("<|im_end|>") + len("<|im_end|>")]
+        end = text.rindex(raw[-1]) + len(raw[-1])  # the stream ends on the agent's last token:
+        closed = row.ids[-1] in policy.stop_ids  # its end of turn, unless the reply was cut
+        assert tok.decode(row.ids) == text[:end] + ("<|im_end|>" if closed else "")
 
 
 def test_stored_logprobs_equal_a_fresh_forward_pass(policy, free_run):
