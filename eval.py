@@ -91,6 +91,7 @@ def summarise(trajs, n_samples: int) -> dict:
         "avg_turns": float(np.mean([t.turns for t in trajs])) if trajs else 0.0,
         "pass_at_k": pass_at_ks(trajs, ks),
         "errors": errors,
+        "truncated_replies": sum(t.truncated for t in trajs),  # cut at max_new_tokens
     }
     cats = defaultdict(list)
     for t in trajs:
@@ -158,7 +159,7 @@ def write_trajectories(path: str, trajs, step: int | None = None) -> None:
     with open(path, "w") as f:
         for t in trajs:
             rec = {"task": t.task, "category": t.category, "success": t.success, "reward": t.reward,
-                   "score": t.score, "turns": t.turns, "done": t.done, "error": t.error,
+                   "score": t.score, "turns": t.turns, "truncated": t.truncated, "done": t.done, "error": t.error,
                    "actions": t.actions, "rewards": t.rewards, "conversation": t.messages,
                    "observations": t.observations}
             if any(t.frames):

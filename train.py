@@ -306,6 +306,7 @@ def train(cfg: Config) -> dict:
                 "charts/reward": float(np.mean([t.reward for t in trajs])),
                 "charts/success": float(np.mean([t.success for t in trajs])),
                 "charts/turns": float(np.mean([t.turns for t in trajs])),
+                "charts/truncated_replies": sum(t.truncated for t in trajs),
                 "charts/tokens_per_s": gen_tokens / max(t_roll, 1e-9),
                 "charts/seconds_per_step": time.time() - t0,
                 "charts/env_errors": n_errors,  # episodes left out of this step's update
