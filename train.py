@@ -39,10 +39,11 @@ import view
 from agent import rollout
 from algorithm import load_state, save_state
 from batch import make_batch, token_logprobs
-from config import AgentConfig, load_agent, parse, resolve_device
+from config import AgentConfig, load_agent, parse, resolve_device, set_threads
 from envs import ENVS, close_pool, open_pool
 from eval import evaluate, write_trajectories
 from scaling_inter import staged
+from timing import timed
 
 # Each algorithm is an `algorithm.Algorithm` (advantages, loss, optional state): see its file.
 ALGOS = {
@@ -142,12 +143,15 @@ def set_rng_state(s: dict):
     torch.set_rng_state(s["torch"])
 
 
-def train(cfg: Config) -> dict:
+def train(cfg: Config, profile: list[dict] | None = None) -> dict:
+    """Run the loop. `profile`: append, per step, a dict of seconds per part of the step
+    (timing.py; benchmarks/rollout_profile.py prints it)."""
     os.makedirs(cfg.out, exist_ok=True)
     seed_everything(cfg.seed)
     spec = ENVS[cfg.env]
     schedule = staged([int(h) for h in cfg.rounds.split(",")], cfg.steps_per_stage)
     device = resolve_device(cfg.device)
+    set_threads(cfg, device)
     accelerator = Accelerator(mixed_precision=cfg.mixed_precision, cpu=device == "cpu")
 
     saved = torch.load(os.path.join(cfg.resume, "state.pt"), weights_only=False) if cfg.resume else None
@@ -203,17 +207,21 @@ def train(cfg: Config) -> dict:
         bar = tqdm(range(start, cfg.steps + 1), desc=f"{cfg.algo} on {cfg.env}", initial=start - 1, total=cfg.steps)
         for step in bar:
             t0 = time.time()
+            tm = {} if profile is not None else None  # this step's sections (timing.timed)
             horizon = schedule.horizon(step)
             tasks = random.sample(train_tasks, cfg.tasks_per_step)
             policy.model.eval()
-            trajs = rollout(policy, pool, spec, [t for t in tasks for _ in range(cfg.group_size)], horizon,
-                            groups=[g for g in range(len(tasks)) for _ in range(cfg.group_size)])
+            with timed(tm, "rollout"):
+                trajs = rollout(policy, pool, spec, [t for t in tasks for _ in range(cfg.group_size)], horizon,
+                                groups=[g for g in range(len(tasks)) for _ in range(cfg.group_size)], timings=tm)
             t_roll = time.time() - t0
-            batch = make_batch(trajs, policy.tokenizer.pad_token_id, policy.model.config.vocab_size)
+            with timed(tm, "make_batch"):
+                batch = make_batch(trajs, policy.tokenizer.pad_token_id, policy.model.config.vocab_size)
             if ref_model is not None:
-                with torch.no_grad():
+                with timed(tm, "reference"), torch.no_grad():
                     batch.ref_logprobs, _ = token_logprobs(ref_model, batch, cfg.temperature)
-            algo.advantages(batch, cfg, state)
+            with timed(tm, "advantages"):
+                algo.advantages(batch, cfg, state)
             policy.model.train()
             stats: dict[str, list] = {}
             for _ in range(cfg.epochs):
@@ -221,14 +229,17 @@ def train(cfg: Config) -> dict:
                 for s in range(0, len(trajs), cfg.minibatch_size):
                     rows = torch.isin(batch.traj, perm[s:s + cfg.minibatch_size]).nonzero().squeeze(-1)
                     mb = batch.select(rows)
-                    logp, ent = token_logprobs(policy.model, mb, cfg.temperature, with_entropy=True)
-                    loss, st = algo.loss(logp, ent, mb, cfg, state)
+                    with timed(tm, "forward"):
+                        logp, ent = token_logprobs(policy.model, mb, cfg.temperature, with_entropy=True)
+                        loss, st = algo.loss(logp, ent, mb, cfg, state)
                     for _, opt in trained:
                         opt.zero_grad()
-                    accelerator.backward(loss)
-                    for model, opt in trained:  # the policy, then the algorithm's own model
-                        accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-                        opt.step()
+                    with timed(tm, "backward"):
+                        accelerator.backward(loss)
+                    with timed(tm, "optimizer"):
+                        for model, opt in trained:  # the policy, then the algorithm's own model
+                            accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+                            opt.step()
                     st["losses/loss"] = loss.item()
                     for k, v in st.items():
                         stats.setdefault(k, []).append(v)
@@ -252,9 +263,13 @@ def train(cfg: Config) -> dict:
                         writer.add_scalar(k, v, step)
             bar.set_postfix(h=horizon, succ=f"{m['charts/success']:.2f}", turns=f"{m['charts/turns']:.1f}")
             if step % cfg.save_every == 0 or step == cfg.steps:
-                save_checkpoint(cfg, accelerator, policy, optimizer, step, ref_path)
-                if state is not None:
-                    save_state(state, os.path.join(cfg.out, "checkpoint"), accelerator.unwrap_model)
+                with timed(tm, "checkpoint"):
+                    save_checkpoint(cfg, accelerator, policy, optimizer, step, ref_path)
+                    if state is not None:
+                        save_state(state, os.path.join(cfg.out, "checkpoint"), accelerator.unwrap_model)
+            if profile is not None:
+                profile.append({"step": step, "horizon": horizon, "episodes": len(trajs),
+                                "agent_tokens": gen_tokens, "total": time.time() - t0, **tm})
         if n_eval:
             summary["eval_after"], episodes = evaluate(policy, pool, spec, test_tasks, cfg.eval_samples,
                                                        eval_turns, desc="eval after")
