@@ -32,6 +32,7 @@ import torch.nn.functional as F
 
 from batch import Row
 from envs import EnvPool, EnvSpec
+from timing import timed
 
 
 # ---------------------------------------------------------------------------------------------
@@ -188,10 +189,13 @@ def action_trie(policy: Policy, actions: list[str]) -> dict:
 
 
 @torch.no_grad()
-def generate(policy: Policy, contexts: list[list[int]], tries: list[dict] | None = None):
+def generate(policy: Policy, contexts: list[list[int]], tries: list[dict] | None = None,
+             timings: dict | None = None):
     """Sample one reply per context. Returns (ids, logprobs, allowed, texts): the sampled ids
     (ending with a stop token unless cut at max_new_tokens), their log-probs under the
     (masked) sampling distribution at temperature T, and per position the allowed ids when masked.
+    `timings`: add the seconds of the prompt's forward ("prefill"), the one-token forwards
+    ("decode") and the action masks ("mask") to this dict (see timing.py).
     """
     model, tok, device = policy.model, policy.tokenizer, policy.device
     B = len(contexts)
@@ -213,19 +217,21 @@ def generate(policy: Policy, contexts: list[list[int]], tries: list[dict] | None
     finished = [False] * B
     cache, step_ids, step_pos = None, input_ids, pos
     for t in range(policy.max_new_tokens):
-        out = model(input_ids=step_ids, attention_mask=attn, position_ids=step_pos, cache=cache,
-                    use_cache=True, logits_to_keep=1)  # only the next token's logits
+        with timed(timings, "prefill" if t == 0 else "decode"):
+            out = model(input_ids=step_ids, attention_mask=attn, position_ids=step_pos, cache=cache,
+                        use_cache=True, logits_to_keep=1)  # only the next token's logits
         cache = out.cache
         logits = out.logits[:, -1, :].float() / policy.temperature  # (B, V)
         if nodes is not None:
-            keep = torch.full_like(logits, float("-inf"))
-            for i in range(B):
-                if not finished[i]:
-                    ok = [k for k in nodes[i] if k is not None]
-                    keep[i, ok] = 0.0
-                    allowed[i][t] = ok
-            logits = logits + keep
-            logits[torch.tensor(finished, device=device)] = 0.0  # finished rows: anything, ignored
+            with timed(timings, "mask"):
+                keep = torch.full_like(logits, float("-inf"))
+                for i in range(B):
+                    if not finished[i]:
+                        ok = [k for k in nodes[i] if k is not None]
+                        keep[i, ok] = 0.0
+                        allowed[i][t] = ok
+                logits = logits + keep
+                logits[torch.tensor(finished, device=device)] = 0.0  # finished rows: anything, ignored
         logp = F.log_softmax(logits, dim=-1)
         nxt = torch.multinomial(logp.exp(), 1).squeeze(-1)  # (B,)
         for i in range(B):
@@ -258,10 +264,13 @@ def generate(policy: Policy, contexts: list[list[int]], tries: list[dict] | None
 
 
 def rollout(policy: Policy, pool: EnvPool, spec: EnvSpec, tasks: list[int], max_turns: int,
-            groups: list[int] | None = None, batch_size: int = 256, desc: str | None = None) -> list[Trajectory]:
+            groups: list[int] | None = None, batch_size: int = 256, desc: str | None = None,
+            timings: dict | None = None) -> list[Trajectory]:
     """Run one episode per entry of `tasks` (up to len(pool) at once), at most `max_turns` agent
     turns each; all live episodes generate together and step their environments concurrently.
-    `desc`: show a progress bar over the chunks of len(pool) episodes, with this label."""
+    `desc`: show a progress bar over the chunks of len(pool) episodes, with this label.
+    `timings`: add the seconds of each part (env, template, tries, generate, prefill, decode,
+    mask) to this dict (timing.py; benchmarks/rollout_profile.py prints them)."""
     from tqdm import tqdm
 
     trajs: list[Trajectory] = []
@@ -269,7 +278,7 @@ def rollout(policy: Policy, pool: EnvPool, spec: EnvSpec, tasks: list[int], max_
     for start in tqdm(starts, desc=desc, leave=False) if desc else starts:
         chunk = tasks[start:start + len(pool)]
         g = groups[start:start + len(pool)] if groups is not None else list(range(start, start + len(chunk)))
-        trajs += _rollout_chunk(policy, pool, spec, chunk, g, max_turns, batch_size)
+        trajs += _rollout_chunk(policy, pool, spec, chunk, g, max_turns, batch_size, timings)
     return trajs
 
 
@@ -328,10 +337,11 @@ class LastTurns:
         return self._rows
 
 
-def _rollout_chunk(policy, pool, spec, tasks, groups, max_turns, batch_size):
+def _rollout_chunk(policy, pool, spec, tasks, groups, max_turns, batch_size, timings=None):
     n = len(tasks)
     slots = list(range(n))
-    first = pool.reset(slots, tasks)
+    with timed(timings, "env"):
+        first = pool.reset(slots, tasks)
     trajs = [Trajectory(task=t, group=g) for t, g in zip(tasks, groups)]
     mode = WholeConversation if policy.context_turns == 0 else LastTurns
     memory = [mode(policy) for _ in range(n)]  # the token sequences of each episode
@@ -352,16 +362,22 @@ def _rollout_chunk(policy, pool, spec, tasks, groups, max_turns, batch_size):
     for turn in range(max_turns):
         if not live:
             break
-        contexts = [memory[i].context(trajs[i]) for i in live]
+        with timed(timings, "template"):  # chat template + tokenising the new observations
+            contexts = [memory[i].context(trajs[i]) for i in live]
         tries = None
         if policy.mask_actions:
-            tries = [action_trie(policy, info[i].get("available_actions") or ["check available actions"]) for i in live]
+            with timed(timings, "tries"):
+                tries = [action_trie(policy, info[i].get("available_actions") or ["check available actions"])
+                         for i in live]
         ids, lp, alw, texts = [], [], [], []
         for s in range(0, len(live), batch_size):  # bound the generation batch (memory)
-            out = generate(policy, contexts[s:s + batch_size], tries[s:s + batch_size] if tries else None)
+            with timed(timings, "generate"):
+                out = generate(policy, contexts[s:s + batch_size], tries[s:s + batch_size] if tries else None,
+                               timings)
             ids += out[0]; lp += out[1]; alw += out[2]; texts += out[3]
         actions = [spec.parse_action(t) if not policy.mask_actions else t for t in texts]
-        results = pool.step([slots[i] for i in live], actions)
+        with timed(timings, "env"):
+            results = pool.step([slots[i] for i in live], actions)
         still = []
         for k, i in enumerate(live):
             tr, r = trajs[i], results[k]
@@ -384,7 +400,8 @@ def _rollout_chunk(policy, pool, spec, tasks, groups, max_turns, batch_size):
             if turn + 1 < max_turns:
                 # After the last allowed turn the observation is not appended: the sequence
                 # ends on the agent's own last token.
-                memory[i].add_observation(ids[k], r.get("observation", ""))
+                with timed(timings, "template"):
+                    memory[i].add_observation(ids[k], r.get("observation", ""))
             still.append(i)
         live = still
 

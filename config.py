@@ -47,6 +47,8 @@ class AgentConfig:
     """restrict sampling to the env's available actions; auto: on for tiny, off for real models"""
     context_turns: int | None = None
     """turns of history the agent sees, 0: the whole conversation; auto: 1 for tiny, 0 for real models"""
+    threads: int = 0
+    """torch CPU threads; 0: 1 on a CPU (faster there, see README "Speed"), torch's default with a GPU"""
 
 
 def load_agent(cfg: AgentConfig, device: str, model: str | None = None, trainable: bool = False) -> agent.Policy:
@@ -73,6 +75,18 @@ def resolve_device(device: str) -> str:
     import torch
 
     return ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+
+
+def set_threads(cfg: AgentConfig, device: str) -> int:
+    """Set torch's intra-op threads from `cfg.threads` (0: the device's default) and return it.
+    On a CPU one thread is the default: the tiny policy's matrices are so small that a second
+    OpenMP thread costs more in synchronisation than it saves, most of all on a busy machine
+    (README, "Speed", measured with benchmarks/rollout_profile.py)."""
+    import torch
+
+    n = cfg.threads or (1 if device == "cpu" else torch.get_num_threads())
+    torch.set_num_threads(n)
+    return n
 
 
 def parse_bool(text: str) -> bool:

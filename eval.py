@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 import view
 from agent import Policy, rollout
-from config import AgentConfig, load_agent, parse, resolve_device
+from config import AgentConfig, load_agent, parse, resolve_device, set_threads
 from envs import ENVS, EnvPool, EnvSpec, check_server, close_pool, open_pool
 
 
@@ -189,6 +189,7 @@ def main(argv=None):
     tasks = tasks[:cfg.limit] if cfg.limit else tasks
     if cfg.render and cfg.env != "babyai":
         raise SystemExit("--render: only the BabyAI server draws pictures of its observations")
+    set_threads(cfg, resolve_device(cfg.device))
     policy = load_agent(cfg, resolve_device(cfg.device))
     os.makedirs(cfg.out, exist_ok=True)
     pool = open_pool(cfg.env, size=min(cfg.parallel, len(tasks) * cfg.n_samples), url=cfg.url or None,

@@ -48,10 +48,11 @@ import view
 from agent import rollout
 from algorithm import load_state, save_state
 from batch import make_batch, token_logprobs
-from config import AgentConfig, load_agent, parse, resolve_device
+from config import AgentConfig, load_agent, parse, resolve_device, set_threads
 from envs import ENVS, check_server, close_pool, open_pool
 from eval import evaluate, write_trajectories
 from scaling_inter import staged
+from timing import timed
 
 # Each algorithm is an `algorithm.Algorithm` (advantages, loss, optional state): see its file.
 ALGOS = {
@@ -176,7 +177,9 @@ def usable(trajs: list, step: int) -> list:
     return ok
 
 
-def train(cfg: Config) -> dict:
+def train(cfg: Config, profile: list[dict] | None = None) -> dict:
+    """Run the loop. `profile`: append, per step, a dict of seconds per part of the step
+    (timing.py; benchmarks/rollout_profile.py prints it)."""
     if cfg.url:
         check_server(cfg.url)  # a dead --url is a clear error before anything else runs
     os.makedirs(cfg.out, exist_ok=True)
@@ -184,6 +187,7 @@ def train(cfg: Config) -> dict:
     spec = ENVS[cfg.env]
     schedule = staged([int(h) for h in cfg.rounds.split(",")], cfg.steps_per_stage)
     device = resolve_device(cfg.device)
+    set_threads(cfg, device)
     accelerator = Accelerator(mixed_precision=cfg.mixed_precision, cpu=device == "cpu")
 
     if cfg.resume:
@@ -261,12 +265,14 @@ def train(cfg: Config) -> dict:
         bar = tqdm(range(start, cfg.steps + 1), desc=f"{cfg.algo} on {cfg.env}", initial=start - 1, total=cfg.steps)
         for step in bar:
             t0 = time.time()
+            tm = {} if profile is not None else None  # this step's sections (timing.timed)
             horizon = schedule.horizon(step)
             tasks = random.sample(train_tasks, cfg.tasks_per_step)
             policy.model.eval()
-            trajs = rollout(policy, pool, spec, [t for t in tasks for _ in range(cfg.group_size)], horizon,
-                            groups=[g for g in range(len(tasks)) for _ in range(cfg.group_size)],
-                            batch_size=cfg.generation_batch_size)
+            with timed(tm, "rollout"):
+                trajs = rollout(policy, pool, spec, [t for t in tasks for _ in range(cfg.group_size)], horizon,
+                                groups=[g for g in range(len(tasks)) for _ in range(cfg.group_size)],
+                                batch_size=cfg.generation_batch_size, timings=tm)
             t_roll = time.time() - t0
             episodes, trajs = trajs, usable(trajs, step)  # all of them (saved), those that train
             n_errors = len(episodes) - len(trajs)
@@ -277,12 +283,13 @@ def train(cfg: Config) -> dict:
             if not trajs:  # nothing to learn from this step; the pool restarts a crashed server
                 log_metrics(metrics_path, writer, {"step": step, "horizon": horizon, "charts/env_errors": n_errors})
                 continue
-            batch = make_batch(trajs, policy.tokenizer.pad_token_id)
+            with timed(tm, "make_batch"):
+                batch = make_batch(trajs, policy.tokenizer.pad_token_id)
             t_update = time.time()
             if cfg.kl_coef:
-                with accelerator.autocast(), lora.reference(policy.model):
+                with timed(tm, "reference"), accelerator.autocast(), lora.reference(policy.model):
                     batch.ref_logprobs = reference_logprobs(ref_model or policy.model, batch, cfg)
-            with accelerator.autocast():  # an algorithm with a model of its own reads the batch here
+            with timed(tm, "advantages"), accelerator.autocast():  # an algorithm with a model of its own reads the batch here
                 algo.advantages(batch, cfg, state)
             policy.model.train()
             stats: dict[str, list] = {}
@@ -292,10 +299,12 @@ def train(cfg: Config) -> dict:
                     rows = torch.isin(batch.traj, perm[s:s + cfg.minibatch_size]).nonzero().squeeze(-1)
                     for _, opt in trained:
                         opt.zero_grad()
-                    st = accumulate_gradients(policy.model, batch.select(rows), algo, cfg, state, accelerator)
-                    for model, opt in trained:  # the policy, then the algorithm's own model
-                        accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-                        opt.step()
+                    with timed(tm, "forward_backward"):
+                        st = accumulate_gradients(policy.model, batch.select(rows), algo, cfg, state, accelerator)
+                    with timed(tm, "optimizer"):
+                        for model, opt in trained:  # the policy, then the algorithm's own model
+                            accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+                            opt.step()
                     for k, v in st.items():
                         stats.setdefault(k, []).append(v)
             for _, opt in trained:  # free the gradients before the next rollout
@@ -319,7 +328,11 @@ def train(cfg: Config) -> dict:
                 write_trajectories(os.path.join(rollouts_dir, f"step_{step:06d}.jsonl"), episodes, step=step)
             bar.set_postfix(h=horizon, succ=f"{m['charts/success']:.2f}", turns=f"{m['charts/turns']:.1f}")
             if step % cfg.save_every == 0 or step == cfg.steps:
-                save_checkpoint(cfg, accelerator, policy, optimizer, step, ref_path, state)
+                with timed(tm, "checkpoint"):
+                    save_checkpoint(cfg, accelerator, policy, optimizer, step, ref_path, state)
+            if profile is not None:
+                profile.append({"step": step, "horizon": horizon, "episodes": len(trajs),
+                                "agent_tokens": gen_tokens, "total": time.time() - t0, **tm})
         if n_eval:
             summary["eval_after"], episodes = evaluate(policy, pool, spec, test_tasks, cfg.eval_samples,
                                                        eval_turns, desc="eval after")

@@ -166,3 +166,18 @@ def test_babyai_words_are_single_tokens(tiny_path):
     tok = tiny.load(tiny_path, "babyai").tokenizer
     for action in ["go to blue ball 1", "pickup red key 2", "turn left", "move forward", "toggle"]:
         assert len(tok(action, add_special_tokens=False)["input_ids"]) == len(action.split())
+
+
+def test_a_profiled_rollout_is_the_same_rollout_and_times_every_part(tiny_path, pool):
+    """timings=dict only measures: same seed, same episodes; the parts sit inside generate."""
+    _, plain = run(tiny_path, pool, context_turns=0, mask_actions=True)
+    torch.manual_seed(0)
+    policy = tiny.load(tiny_path, "babyai")
+    policy.context_turns, policy.mask_actions = 0, True
+    spec, t = ENVS["babyai"], {}
+    timed_trajs = rollout(policy, pool, spec, spec.splits["train"][:4] * 2, max_turns=3,
+                          groups=[0, 1, 2, 3] * 2, timings=t)
+    assert [tr.actions for tr in timed_trajs] == [tr.actions for tr in plain]
+    assert set(t) == {"env", "template", "tries", "generate", "prefill", "decode", "mask"}
+    assert t["prefill"] + t["decode"] + t["mask"] <= t["generate"]
+    assert all(v > 0 for v in t.values())

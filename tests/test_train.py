@@ -52,7 +52,14 @@ def servers_running() -> set[int]:
 
 def test_a_short_training_run_completes_and_leaves_no_server(tmp_path):
     before = servers_running()
-    summary = train(small(tmp_path))
+    profile = []
+    summary = train(small(tmp_path), profile=profile)
+    # --threads 0 on a CPU: one torch thread (config.set_threads)
+    assert torch.get_num_threads() == 1
+    # the profile: one dict per step, its sections inside the step
+    assert [p["step"] for p in profile] == [1, 2]
+    assert all(p["rollout"] + p["forward"] + p["backward"] <= p["total"] for p in profile)
+    assert all(p["env"] + p["generate"] <= p["rollout"] for p in profile)
     assert set(summary["eval_before"]) >= {"success_rate", "avg_score", "pass_at_k", "avg_turns"}
     assert set(summary["eval_after"]) == set(summary["eval_before"])
     rows = [json.loads(x) for x in open(tmp_path / "metrics.jsonl")]
