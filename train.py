@@ -42,7 +42,7 @@ from batch import make_batch, token_logprobs
 from config import AgentConfig, load_agent, parse, resolve_device
 from envs import ENVS, close_pool, open_pool
 from eval import evaluate, write_trajectories
-from scaling_inter import staged
+from scaling_inter import adaptive, staged
 
 # Each algorithm is an `algorithm.Algorithm` (advantages, loss, optional state): see its file.
 ALGOS = {
@@ -68,6 +68,14 @@ class Config(AgentConfig):
     """ScalingInter-RL horizon stages h1,h2,... (one value: a fixed horizon)"""
     steps_per_stage: int = 25
     """training steps per horizon stage"""
+    schedule: str = "staged"
+    """horizon schedule over --rounds: staged (every --steps-per-stage steps) or adaptive (scaling_inter.py)"""
+    adapt_window: int = 5
+    """adaptive schedule: W, steps averaged on each side of its plateau test"""
+    adapt_cut_share: float = 0.5
+    """adaptive schedule: lengthen only when at least this share of episodes hit the horizon"""
+    adapt_min_gain: float = 0.02
+    """adaptive schedule: success rising by less than this over W steps counts as a plateau"""
     train_split: str = "train"
     """task split to train on"""
     test_split: str = "test"
@@ -112,6 +120,8 @@ class Config(AgentConfig):
     """episodes per test task at eval_before / eval_after (a small test split needs several)"""
     eval_max_turns: int = 0
     """max turns at evaluation; 0: the schedule's last horizon"""
+    eval_every: int = 0
+    """also evaluate on the test split every N steps (logged as eval/success, eval/turns); 0: never"""
     save_every: int = 20
     """checkpoint every N steps (and at the end)"""
     save_rollouts_every: int = 0
@@ -146,7 +156,11 @@ def train(cfg: Config) -> dict:
     os.makedirs(cfg.out, exist_ok=True)
     seed_everything(cfg.seed)
     spec = ENVS[cfg.env]
-    schedule = staged([int(h) for h in cfg.rounds.split(",")], cfg.steps_per_stage)
+    if cfg.schedule not in ("staged", "adaptive"):
+        raise ValueError(f"--schedule must be staged or adaptive, got {cfg.schedule!r}")
+    rounds = [int(h) for h in cfg.rounds.split(",")]
+    schedule = (adaptive(rounds, cfg.adapt_window, cfg.adapt_cut_share, cfg.adapt_min_gain)
+                if cfg.schedule == "adaptive" else staged(rounds, cfg.steps_per_stage))
     device = resolve_device(cfg.device)
     accelerator = Accelerator(mixed_precision=cfg.mixed_precision, cpu=device == "cpu")
 
@@ -194,6 +208,8 @@ def train(cfg: Config) -> dict:
         for old in [metrics_path] + glob.glob(os.path.join(rollouts_dir, "step_*.jsonl")):
             if os.path.exists(old):
                 os.remove(old)
+    # the logged steps so far: the adaptive schedule replays its decisions from them
+    history = [r for r in map(json.loads, open(metrics_path)) if r["step"] < start] if saved else []
     try:
         if n_eval and start == 1:
             summary["eval_before"], episodes = evaluate(policy, pool, spec, test_tasks, cfg.eval_samples,
@@ -203,7 +219,7 @@ def train(cfg: Config) -> dict:
         bar = tqdm(range(start, cfg.steps + 1), desc=f"{cfg.algo} on {cfg.env}", initial=start - 1, total=cfg.steps)
         for step in bar:
             t0 = time.time()
-            horizon = schedule.horizon(step)
+            horizon = schedule.horizon(step, history)
             tasks = random.sample(train_tasks, cfg.tasks_per_step)
             policy.model.eval()
             trajs = rollout(policy, pool, spec, [t for t in tasks for _ in range(cfg.group_size)], horizon,
@@ -238,10 +254,16 @@ def train(cfg: Config) -> dict:
                 "charts/reward": float(np.mean([t.reward for t in trajs])),
                 "charts/success": float(np.mean([t.success for t in trajs])),
                 "charts/turns": float(np.mean([t.turns for t in trajs])),
+                # episodes the horizon ended (the env had not said done): the adaptive schedule's signal
+                "charts/cut_share": float(np.mean([not t.done and t.turns >= horizon for t in trajs])),
                 "charts/tokens_per_s": gen_tokens / max(t_roll, 1e-9),
                 "charts/seconds_per_step": time.time() - t0,
                 **{k: float(np.mean(v)) for k, v in stats.items()},
             }
+            if n_eval and cfg.eval_every and step % cfg.eval_every == 0 and step != cfg.steps:  # last: eval_after
+                ev, _ = evaluate(policy, pool, spec, test_tasks, cfg.eval_samples, eval_turns, desc="eval")
+                m["eval/success"], m["eval/turns"] = ev["success_rate"], ev["avg_turns"]
+            history.append(m)
             with open(metrics_path, "a") as f:
                 f.write(json.dumps(m) + "\n")
             if cfg.save_rollouts_every and step % cfg.save_rollouts_every == 0:
