@@ -62,6 +62,8 @@ def mean_se(xs: list[float]) -> tuple[float, float]:
 def fmt(xs: list[float]) -> str:
     if not xs:
         return "-"
+    if len(xs) == 1:  # one seed: no spread to show
+        return f"{xs[0]:.3f}"
     m, se = mean_se(xs)
     return f"{m:.3f} ± {se:.3f}"
 
@@ -110,16 +112,17 @@ def report(args, schedules: list[str], seeds: list[int]):
     lines = [
         f"BabyAI `{args.train_split}` -> held-out `{args.test_split}` ({args.eval_episodes} tasks), "
         f"{args.steps} steps x {args.tasks_per_step} tasks x {args.group_size} samples per schedule, "
-        f"seeds {','.join(map(str, seeds))}; mean ± standard error over seeds.", "",
-        f"| schedule | horizons used | held-out success at h={args.long}, start | end | best during training "
+        f"seeds {','.join(map(str, seeds))}; mean ± standard error over the seeds that finished "
+        "(a single value: one seed).", "",
+        f"| schedule | seeds | horizons used | held-out success at h={args.long}, start | end | best during training "
         f"| training success, last {last} steps | turns per episode, last {last} | cut by the horizon, last {last} "
         f"| env turns used | " + " | ".join(f"test h={h}" for h in horizons) + " |",
-        "|---" * (9 + len(horizons)) + "|",
+        "|---" * (10 + len(horizons)) + "|",
     ]
     for s, rs in runs.items():
         used = sorted({r["horizon"] for run in rs for r in run["rows"]})
         cells = [
-            s, ",".join(map(str, used)),
+            s, str(len(rs)), ",".join(map(str, used)),
             fmt([run["held"][0][1] for run in rs]),
             fmt([run["summary"]["eval_after"]["success_rate"] for run in rs]),
             fmt([max(v for _, v in run["held"][1:]) for run in rs if len(run["held"]) > 1]),
@@ -131,7 +134,7 @@ def report(args, schedules: list[str], seeds: list[int]):
         lines.append("| " + " | ".join(cells) + " |")
     if os.path.exists(os.path.join(args.out, "start", "sweep", "sweep.json")):
         start = json.load(open(os.path.join(args.out, "start", "sweep", "sweep.json")))["sweep"]
-        lines.append("| (untrained start) | - | - | - | - | - | - | - | - | "
+        lines.append("| (untrained start) | 1 | - | - | - | - | - | - | - | - | "
                      + " | ".join(f"{r['success_rate']:.3f}" for r in start) + " |")
     table = "\n".join(lines) + "\n"
     print(table)
@@ -192,17 +195,17 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--schedules", default=",".join(SCHEDULES))
     p.add_argument("--seeds", default="0,1,2")
-    p.add_argument("--steps", type=int, default=24, help="training steps per run (the same for every schedule)")
+    p.add_argument("--steps", type=int, default=16, help="training steps per run (the same for every schedule)")
     p.add_argument("--tasks-per-step", type=int, default=4)
-    p.add_argument("--group-size", type=int, default=8)
+    p.add_argument("--group-size", type=int, default=4)
     p.add_argument("--short", type=int, default=3, help="fixed-short's horizon, the ladder's first")
     p.add_argument("--mid", type=int, default=5, help="the ladder's middle horizon")
     p.add_argument("--long", type=int, default=8, help="fixed-long's horizon, the ladder's last, the eval horizon")
     p.add_argument("--window", type=int, default=3, help="the adaptive schedule's W")
-    p.add_argument("--eval-episodes", type=int, default=60, help="held-out tasks per evaluation")
+    p.add_argument("--eval-episodes", type=int, default=45, help="held-out tasks per evaluation")
     p.add_argument("--eval-every", type=int, default=8)
     p.add_argument("--sweep", default="1,2,4,8,16", help="test-time max turns for each final model")
-    p.add_argument("--sweep-episodes", type=int, default=60)
+    p.add_argument("--sweep-episodes", type=int, default=45)
     p.add_argument("--train-split", default="horizon-train")
     p.add_argument("--test-split", default="horizon-test")
     p.add_argument("--out", default="runs/scaling_inter_study")
