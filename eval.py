@@ -3,6 +3,7 @@
     python eval.py --model runs/default/checkpoint --split test --n-samples 4 --max-turns 20
     python eval.py --model tiny --task-ids 0-99 --out runs/eval_tiny
     python eval.py --model Qwen/Qwen2.5-7B-Instruct --env babyai --split all-test --max-new-tokens 512
+    python eval.py --model runs/default/checkpoint --sweep-max-turns 1,2,4,8,16   # success vs max turns
 
 Flags: `python eval.py --help`; the agent's settings (`--model`, `--temperature`,
 `--max-new-tokens`, `--context-turns`, `--mask-actions`, ...) are train.py's (config.AgentConfig).
@@ -45,6 +46,8 @@ class EvalConfig(AgentConfig):
     """samples per task (for pass@k)"""
     max_turns: int = 0
     """turn limit; 0: the env's default horizon"""
+    sweep_max_turns: str = ""
+    """evaluate at each of these turn limits instead (e.g. 1,2,4,8,16): <out>/sweep.json and sweep.png"""
     limit: int = 0
     """use only the first N tasks (0: all)"""
     parallel: int = 64
@@ -169,6 +172,37 @@ def write_trajectories(path: str, trajs, step: int | None = None) -> None:
             f.write(json.dumps(rec) + "\n")
 
 
+def sweep_max_turns(policy: Policy, pool: EnvPool, spec: EnvSpec, task_ids: list[int], horizons: list[int],
+                    n_samples: int = 1) -> list[dict]:
+    """Test-time interaction scaling (AgentGym-RL's figure of success vs interaction turns): the
+    same policy and tasks evaluated at several turn limits. One summary per horizon, with
+    `max_turns` and the share of episodes the limit cut (`cut_share`) added."""
+    rows = []
+    for h in horizons:
+        summary, trajs = evaluate(policy, pool, spec, task_ids, n_samples, h, desc=f"max turns {h}")
+        summary["max_turns"] = h
+        summary["cut_share"] = float(np.mean([not t.done and t.turns >= h for t in trajs])) if trajs else 0.0
+        rows.append(summary)
+    return rows
+
+
+def plot_sweep(sweeps: dict[str, list[dict]], png: str, title: str = "") -> None:
+    """Success vs max turns, one line per model (a log-2 x axis, as the horizons double)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for name, rows in sweeps.items():
+        ax.plot([r["max_turns"] for r in rows], [r["success_rate"] for r in rows], marker="o", label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("max turns at test time"); ax.set_ylabel("success rate"); ax.set_ylim(0, 1)
+    ax.set_title(title or "test-time interaction scaling"); ax.legend(); ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+
+
 def describe_tasks(cfg: EvalConfig, n: int) -> str:
     """A short description of the evaluated tasks, for the summary."""
     if not cfg.task_ids:
@@ -195,9 +229,22 @@ def main(argv=None):
     pool = open_pool(cfg.env, size=min(cfg.parallel, len(tasks) * cfg.n_samples), url=cfg.url or None,
                      create={"render": True} if cfg.render else None)
     try:
-        summary, trajs = evaluate(policy, pool, spec, tasks, cfg.n_samples, cfg.max_turns or spec.default_horizon)
+        if cfg.sweep_max_turns:
+            rows = sweep_max_turns(policy, pool, spec, tasks, [int(h) for h in cfg.sweep_max_turns.split(",")],
+                                   cfg.n_samples)
+        else:
+            summary, trajs = evaluate(policy, pool, spec, tasks, cfg.n_samples, cfg.max_turns or spec.default_horizon)
     finally:
         close_pool(pool)
+    if cfg.sweep_max_turns:
+        with open(os.path.join(cfg.out, "sweep.json"), "w") as f:
+            json.dump({"model": cfg.model, "env": cfg.env, "tasks": describe_tasks(cfg, len(tasks)), "sweep": rows},
+                      f, indent=2)
+        plot_sweep({cfg.model: rows}, os.path.join(cfg.out, "sweep.png"))
+        for r in rows:
+            print(f"max turns {r['max_turns']:>3}: success {r['success_rate']:.3f}  turns {r['avg_turns']:.2f}"
+                  f"  cut by the limit {r['cut_share']:.3f}")
+        return rows
     summary.update(model=cfg.model, env=cfg.env, tasks=describe_tasks(cfg, len(tasks)))
     with open(os.path.join(cfg.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)

@@ -51,7 +51,7 @@ from batch import make_batch, token_logprobs
 from config import AgentConfig, load_agent, parse, resolve_device, set_threads
 from envs import ENVS, check_server, close_pool, open_pool
 from eval import evaluate, write_trajectories
-from scaling_inter import staged
+from scaling_inter import adaptive, staged
 from timing import timed
 
 # Each algorithm is an `algorithm.Algorithm` (advantages, loss, optional state): see its file.
@@ -79,6 +79,14 @@ class Config(AgentConfig):
     """ScalingInter-RL horizon stages h1,h2,... (one value: a fixed horizon)"""
     steps_per_stage: int = 25
     """training steps per horizon stage"""
+    schedule: str = "staged"
+    """horizon schedule over --rounds: staged (every --steps-per-stage steps) or adaptive (scaling_inter.py)"""
+    adapt_window: int = 5
+    """adaptive schedule: W, steps averaged on each side of its plateau test"""
+    adapt_cut_share: float = 0.5
+    """adaptive schedule: lengthen only when at least this share of episodes hit the horizon"""
+    adapt_min_gain: float = 0.02
+    """adaptive schedule: success rising by less than this over W steps counts as a plateau"""
     train_split: str = "train"
     """task split to train on"""
     test_split: str = "test"
@@ -123,6 +131,8 @@ class Config(AgentConfig):
     """episodes per test task at eval_before / eval_after (a small test split needs several)"""
     eval_max_turns: int = 0
     """max turns at evaluation; 0: the schedule's last horizon"""
+    eval_every: int = 0
+    """also evaluate on the test split every N steps (logged as eval/success, eval/turns); 0: never"""
     save_every: int = 20
     """checkpoint every N steps (and at the end)"""
     save_rollouts_every: int = 0
@@ -185,7 +195,11 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
     os.makedirs(cfg.out, exist_ok=True)
     seed_everything(cfg.seed)
     spec = ENVS[cfg.env]
-    schedule = staged([int(h) for h in cfg.rounds.split(",")], cfg.steps_per_stage)
+    if cfg.schedule not in ("staged", "adaptive"):
+        raise ValueError(f"--schedule must be staged or adaptive, got {cfg.schedule!r}")
+    rounds = [int(h) for h in cfg.rounds.split(",")]
+    schedule = (adaptive(rounds, cfg.adapt_window, cfg.adapt_cut_share, cfg.adapt_min_gain)
+                if cfg.schedule == "adaptive" else staged(rounds, cfg.steps_per_stage))
     device = resolve_device(cfg.device)
     set_threads(cfg, device)
     accelerator = Accelerator(mixed_precision=cfg.mixed_precision, cpu=device == "cpu")
@@ -254,6 +268,8 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
             if int(os.path.basename(old)[5:-6]) > saved["step"]:
                 os.remove(old)
     failed_steps = 0
+    # the logged steps so far: the adaptive schedule replays its decisions from them
+    history = [r for r in map(json.loads, open(metrics_path)) if r["step"] < start] if saved else []
     try:
         if n_eval and start == 1:
             summary["eval_before"], episodes = evaluate(policy, pool, spec, test_tasks, cfg.eval_samples,
@@ -266,7 +282,7 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
         for step in bar:
             t0 = time.time()
             tm = {} if profile is not None else None  # this step's sections (timing.timed)
-            horizon = schedule.horizon(step)
+            horizon = schedule.horizon(step, history)
             tasks = random.sample(train_tasks, cfg.tasks_per_step)
             policy.model.eval()
             with timed(tm, "rollout"):
@@ -281,7 +297,8 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
                 raise RuntimeError(f"every episode of the last {failed_steps} steps ended in an environment "
                                    f"error; is the environment server at {pool.url} working?")
             if not trajs:  # nothing to learn from this step; the pool restarts a crashed server
-                log_metrics(metrics_path, writer, {"step": step, "horizon": horizon, "charts/env_errors": n_errors})
+                history.append({"step": step, "horizon": horizon, "charts/env_errors": n_errors})
+                log_metrics(metrics_path, writer, history[-1])
                 continue
             with timed(tm, "make_batch"):
                 batch = make_batch(trajs, policy.tokenizer.pad_token_id)
@@ -316,6 +333,8 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
                 "charts/success": float(np.mean([t.success for t in trajs])),
                 "charts/turns": float(np.mean([t.turns for t in trajs])),
                 "charts/truncated_replies": sum(t.truncated for t in trajs),
+                # episodes the horizon ended (the env had not said done): the adaptive schedule's signal
+                "charts/cut_share": float(np.mean([not t.done and t.turns >= horizon for t in trajs])),
                 "charts/tokens_per_s": gen_tokens / max(t_roll, 1e-9),
                 "charts/seconds_per_step": time.time() - t0,
                 "charts/env_errors": n_errors,  # episodes left out of this step's update
@@ -323,6 +342,10 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
                 "perf/peak_memory_gb": peak_memory_gb(device),
                 **{k: float(np.mean(v)) for k, v in stats.items()},
             }
+            if n_eval and cfg.eval_every and step % cfg.eval_every == 0 and step != cfg.steps:  # last: eval_after
+                ev, _ = evaluate(policy, pool, spec, test_tasks, cfg.eval_samples, eval_turns, desc="eval")
+                m["eval/success"], m["eval/turns"] = ev["success_rate"], ev["avg_turns"]
+            history.append(m)
             log_metrics(metrics_path, writer, m)
             if cfg.save_rollouts_every and step % cfg.save_rollouts_every == 0:
                 write_trajectories(os.path.join(rollouts_dir, f"step_{step:06d}.jsonl"), episodes, step=step)
