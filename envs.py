@@ -140,6 +140,9 @@ def babyai_tasks(levels: list[int], seeds: range) -> list[int]:
 # The CPU demo's task set (see README): BabyAI-GoToRedBall-v0, GoToObjS6 and GoToLocalS8N7,
 # AgentGym's levels 2, 4 and 5. Seeds below 10000 train, seeds from 10000 test.
 BABYAI_DEMO_LEVELS = [2, 4, 5]
+# A mission-heavy set (issue 18): GoToLocalS8N7 and PickupDistDebug, levels 5 and 20, where the
+# mission names one of several objects (by colour and type, or by one of them).
+BABYAI_MISSION_LEVELS = [5, 20]
 
 ENVS: dict[str, EnvSpec] = {
     "babyai": EnvSpec(
@@ -148,6 +151,8 @@ ENVS: dict[str, EnvSpec] = {
         splits={
             "train": babyai_tasks(BABYAI_DEMO_LEVELS, range(0, 10000)),
             "test": babyai_tasks(BABYAI_DEMO_LEVELS, range(10000, 10200)),
+            "mission-train": babyai_tasks(BABYAI_MISSION_LEVELS, range(0, 10000)),
+            "mission-test": babyai_tasks(BABYAI_MISSION_LEVELS, range(10000, 10200)),
             "all-train": babyai_tasks(list(range(1, 41)), range(0, 10000)),
             "all-test": babyai_tasks(list(range(1, 41)), range(10000, 10010)),
         },

@@ -1,15 +1,15 @@
 """GiGPO: Group-in-Group Policy Optimization (Feng et al., 2025, arXiv 2505.10978), credit per turn.
 
 Where it sits: like `grpo.py`, `train.py` calls `advantages()` once per rollout batch and then the
-shared clipped loss on each minibatch. This file never talks to an environment; it reads only the
+clipped loss (GRPO's, `algorithm.clipped_policy_loss`) on each minibatch. This file never talks to an environment; it reads only the
 outcome rewards, the group of each trajectory and the observation each turn acted on.
 
 GRPO gives every turn of an episode the same advantage, so one 0/1 outcome says little about which
 turn was right. GiGPO keeps GRPO's episode-level advantage and adds a step-level one, with no critic
 and no extra rollouts (paper, section 3):
 
-  Episode level (eq. 4): the rollouts of one task form a group g; trajectory i gets
-      A^E_i = (R_i - mean_{j in g} R_j) / (std_{j in g} R_j + eps)                    (GRPO's)
+  Episode level (eq. 4): the rollouts of one task form a group g; trajectory i gets GRPO's
+      A^E_i = (R_i - mean_{j in g} R_j) / (std_{j in g} R_j + eps)          (grpo.group_advantages)
 
   Anchor states (eq. 6): within a group, every turn taken from the same environment state forms a
   step-level group. Every rollout of a task starts from the same state, and later states recur
@@ -29,37 +29,20 @@ and no extra rollouts (paper, section 3):
   Combined (eq. 9), on every agent token of turn t of trajectory i:
       A_{i,t} = A^E_i + omega * A^S_{i,t}
 
-The loss is the clipped policy loss shared with GRPO (`grpo.loss`). The statistics are computed in
-float64: in float32 the mean of eight equal rewards can differ from them by one ulp, and dividing
-that by a std of the same size (+ eps) turns "no signal" into an advantage of ~0.06.
+The statistics are computed in float64 at both levels: in float32 the mean of eight equal rewards
+can differ from them by one ulp, and dividing that by a std of the same size (+ eps) turns "no
+signal" into an advantage of ~0.06.
+
+Reads cfg.step_weight (omega), cfg.step_gamma (gamma), cfg.step_norm, cfg.anchor_normaliser,
+cfg.group_std_eps, and GRPO's cfg.clip_ratio, cfg.kl_coef, cfg.entropy_coef (train.Config).
 """
 
 from collections import defaultdict
-from dataclasses import dataclass
 
 import torch
 
-from grpo import loss  # noqa: F401  (the clipped loss is GRPO's; train.py takes it from here)
-
-
-@dataclass
-class GiGPOConfig:
-    clip_ratio: float = 0.2
-    """PPO-style clip range of the policy ratio."""
-    kl_coef: float = 0.001
-    """Weight of the k3 KL to the frozen reference model."""
-    entropy_coef: float = 0.001
-    """Weight of the entropy bonus."""
-    eps: float = 1e-6
-    """Added to the group std (both levels)."""
-    step_weight: float = 1.0
-    """omega: weight of the step-level advantage (paper: 1)."""
-    step_gamma: float = 0.95
-    """gamma: discount per turn in the step returns (paper: 0.95)."""
-    step_std: bool = True
-    """divide the step-level advantage by its group's std (paper's "mean_std_norm"); else mean only."""
-    anchor_normaliser: str = "exact"
-    """how observations are matched into anchor states: one of ANCHOR_NORMALISERS."""
+import grpo
+from algorithm import Algorithm
 
 
 def _babyai_state(obs: str) -> str:
@@ -112,20 +95,21 @@ def step_group_ids(groups: list[int], anchors: list[list[str]], normaliser: str 
     return [[(g, norm(obs)) for obs in turns] for g, turns in zip(groups, anchors)]
 
 
-def gigpo_advantages(rewards: list[float], groups: list[int], anchors: list[list[str]],
-                     cfg: GiGPOConfig = GiGPOConfig()) -> list[list[float]]:
+def gigpo_advantages(rewards: list[float], groups: list[int], anchors: list[list[str]], omega: float = 1.0,
+                     gamma: float = 0.95, step_norm: str = "std", normaliser: str = "exact",
+                     eps: float = 1e-6) -> list[list[float]]:
     """Outcome reward, group and per-turn anchor observations of each trajectory -> per trajectory,
     per turn, A_{i,t} = A^E_i + omega * A^S_{i,t} (eq. 9)."""
-    a_ep = normalise_in_groups(torch.tensor(rewards, dtype=torch.float64), groups, cfg.eps)  # (N,)
-    keys = step_group_ids(groups, anchors, cfg.anchor_normaliser)
+    a_ep = grpo.group_advantages(torch.tensor(rewards, dtype=torch.float64), torch.tensor(groups), eps)  # (N,)
+    keys = step_group_ids(groups, anchors, normaliser)
     returns = []  # flat over (trajectory, turn); the outcome sits on the last turn
     for r, turns in zip(rewards, anchors):
-        returns += discounted_returns([0.0] * (len(turns) - 1) + [r], cfg.step_gamma) if turns else []
+        returns += discounted_returns([0.0] * (len(turns) - 1) + [r], gamma) if turns else []
     flat_keys = [k for ks in keys for k in ks]
-    a_step = normalise_in_groups(torch.tensor(returns, dtype=torch.float64), flat_keys, cfg.eps, cfg.step_std)
+    a_step = normalise_in_groups(torch.tensor(returns, dtype=torch.float64), flat_keys, eps, step_norm == "std")
     out, m = [], 0
     for n, turns in enumerate(anchors):
-        out.append([float(a_ep[n] + cfg.step_weight * a_step[m + t]) for t in range(len(turns))])
+        out.append([float(a_ep[n] + omega * a_step[m + t]) for t in range(len(turns))])
         m += len(turns)
     return out
 
@@ -153,10 +137,11 @@ def turn_of_tokens(batch) -> torch.Tensor:
     return out
 
 
-def advantages(batch, cfg: GiGPOConfig = GiGPOConfig()) -> None:
+def advantages(batch, cfg, state=None) -> None:
     """Fill batch.advantages (B, T) with A_{i,t} on the agent tokens of turn t of trajectory i.
     Needs batch.anchors: per trajectory, the observation each turn acted on."""
-    per_turn = gigpo_advantages(batch.rewards.tolist(), batch.groups.tolist(), batch.anchors, cfg)
+    per_turn = gigpo_advantages(batch.rewards.tolist(), batch.groups.tolist(), batch.anchors, cfg.step_weight,
+                                cfg.step_gamma, cfg.step_norm, cfg.anchor_normaliser, cfg.group_std_eps)
     turn = turn_of_tokens(batch)  # (B, T)
     adv = torch.zeros(batch.loss_mask.shape, dtype=torch.float32)
     for b in range(len(batch)):
@@ -164,3 +149,6 @@ def advantages(batch, cfg: GiGPOConfig = GiGPOConfig()) -> None:
         for c in (turn[b] >= 0).nonzero().squeeze(-1).tolist():
             adv[b, c] = per_turn[n][int(turn[b, c])]
     batch.advantages = adv * batch.loss_mask
+
+
+GIGPO = Algorithm(advantages=advantages, loss=grpo.loss)

@@ -9,6 +9,7 @@ import torch
 import gigpo
 import grpo
 from batch import Batch
+from train import ALGOS, Config
 
 O, A = 0, 1  # loss mask: observation/template token, agent token
 
@@ -54,8 +55,7 @@ def test_combined_advantage_matches_a_hand_computed_example():
     # Step group (0, s1): returns [1, 0], mean 0.5, std 1/sqrt2 -> a 1/sqrt2, b -1/sqrt2.
     # (0, s2) and (1, s0) are singletons -> 0.
     r3, r2 = 1 / math.sqrt(3), 1 / math.sqrt(2)
-    cfg = gigpo.GiGPOConfig(step_gamma=0.5, step_weight=1.0)
-    got = gigpo.gigpo_advantages(REWARDS, GROUPS, ANCHORS, cfg)
+    got = gigpo.gigpo_advantages(REWARDS, GROUPS, ANCHORS, omega=1.0, gamma=0.5)
     expect = [[r3 + 0.0, r3 + r2],
               [-2 * r3 - 1.0, -2 * r3 - r2, -2 * r3],
               [r3 + 1.0],
@@ -63,7 +63,7 @@ def test_combined_advantage_matches_a_hand_computed_example():
     for g, e in zip(got, expect):
         torch.testing.assert_close(torch.tensor(g), torch.tensor(e), atol=1e-5, rtol=0)
     # omega scales only the step term: omega = 2 doubles (A - A^E)
-    got2 = gigpo.gigpo_advantages(REWARDS, GROUPS, ANCHORS, gigpo.GiGPOConfig(step_gamma=0.5, step_weight=2.0))
+    got2 = gigpo.gigpo_advantages(REWARDS, GROUPS, ANCHORS, omega=2.0, gamma=0.5)
     torch.testing.assert_close(torch.tensor(got2[1]), torch.tensor([-2 * r3 - 2.0, -2 * r3 - 2 * r2, -2 * r3]),
                                atol=1e-5, rtol=0)
 
@@ -71,8 +71,8 @@ def test_combined_advantage_matches_a_hand_computed_example():
 def test_a_turn_from_a_singleton_state_gets_only_the_episode_term():
     anchors = [["start", "x1", "x2"], ["start", "y1"], ["start", "z1", "z2", "z3"]]
     rewards = [1.0, 0.0, 0.5]
-    got = gigpo.gigpo_advantages(rewards, [0, 0, 0], anchors, gigpo.GiGPOConfig(step_weight=3.0))
-    a_ep = grpo.group_advantages(torch.tensor(rewards), torch.tensor([0, 0, 0])).tolist()
+    got = gigpo.gigpo_advantages(rewards, [0, 0, 0], anchors, omega=3.0)
+    a_ep = grpo.group_advantages(torch.tensor(rewards, dtype=torch.float64), torch.tensor([0, 0, 0])).tolist()
     for n in range(3):
         for t in range(1, len(anchors[n])):  # every turn after the shared start is a singleton
             assert abs(got[n][t] - a_ep[n]) < 1e-6
@@ -83,11 +83,11 @@ def test_equal_returns_give_zero_step_advantage():
     # Eight rollouts of one task, all succeeding in one turn with the same reward (not a power of
     # two: in float32 their mean is off by one ulp and (R - mean) / (std + eps) is ~0.06, not 0).
     r = 0.9437500238418579
-    got = gigpo.gigpo_advantages([r] * 8, [0] * 8, [["s0"]] * 8, gigpo.GiGPOConfig())
+    got = gigpo.gigpo_advantages([r] * 8, [0] * 8, [["s0"]] * 8)
     assert all(abs(a[0]) < 1e-9 for a in got)
     # the same returns after different first states: still zero at the shared second state
     got = gigpo.gigpo_advantages([r, r, 0.0], [0, 0, 0], [["s0", "s1"], ["s0", "s1"], ["s0"]],
-                                 gigpo.GiGPOConfig(step_gamma=0.9))
+                                 gamma=0.9)
     a_ep = grpo.group_advantages(torch.tensor([r, r, 0.0]), torch.tensor([0, 0, 0])).tolist()
     assert abs(got[0][1] - a_ep[0]) < 1e-6 and abs(got[1][1] - a_ep[1]) < 1e-6
 
@@ -102,8 +102,8 @@ def test_the_babyai_normaliser_ignores_the_servers_notes_but_exact_match_does_no
 
 
 def test_advantages_land_on_each_turns_agent_tokens_in_both_layouts():
-    cfg = gigpo.GiGPOConfig(step_gamma=0.5)
-    per_turn = gigpo.gigpo_advantages(REWARDS, GROUPS, ANCHORS, cfg)
+    cfg = Config(step_gamma=0.5)
+    per_turn = gigpo.gigpo_advantages(REWARDS, GROUPS, ANCHORS, gamma=0.5)
     # a: ONE row, whole conversation (two runs of agent tokens = two turns, ends on an observation)
     # b: one row per turn, stored out of turn order; c, d: one row each
     masks = [[O, A, A, O, O, A, O],
@@ -123,10 +123,28 @@ def test_advantages_land_on_each_turns_agent_tokens_in_both_layouts():
     torch.testing.assert_close(b.advantages, expect)
 
 
+def test_gigpo_is_one_line_in_the_algorithm_table():
+    assert ALGOS["gigpo"] is gigpo.GIGPO and gigpo.GIGPO.loss is grpo.loss and gigpo.GIGPO.init is None
+
+
 def test_with_omega_zero_gigpo_is_grpo():
     masks = [[O, A, A], [O, A], [O, O, A], [O, A]]
     b = batch_of(masks, [0, 0, 1, 2], [0, 1, 0, 0], [1.0, 0.0, 0.3], [0, 0, 0], [["s", "t"], ["s"], ["s"]])
-    gigpo.advantages(b, gigpo.GiGPOConfig(step_weight=0.0))
+    gigpo.advantages(b, Config(step_weight=0.0))
     got = b.advantages.clone()
-    grpo.advantages(b)
+    grpo.advantages(b, Config())
     torch.testing.assert_close(got, b.advantages)
+
+
+def test_gigpo_trains_end_to_end_on_babyai_and_logs_the_binding_probe(tmp_path):
+    import json
+
+    from train import train
+
+    train(Config(algo="gigpo", steps=2, tasks_per_step=2, group_size=3, minibatch_size=3, eval_episodes=0,
+                 rounds="2,3", steps_per_stage=1, out=str(tmp_path), probe_every=2, probe_states=12))
+    rows = [json.loads(x) for x in open(tmp_path / "metrics.jsonl")]
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(r["losses/loss"] == r["losses/loss"] for r in rows)  # not NaN
+    p = rows[-1]
+    assert 0 < p["probe/p_mission"] + p["probe/p_other"] <= 1 + 1e-6 and 0 < p["probe/chance"] < 1
