@@ -95,10 +95,6 @@ class Binding:
     chance: float  # mean share of a policy that ignores the mission (uniform over object actions)
     n_states: int
 
-    def as_metrics(self) -> dict:
-        return {"probe/p_mission": self.p_mission, "probe/p_other": self.p_other,
-                "probe/share": self.share, "probe/chance": self.chance}
-
 
 def binding(policy: Policy, states: list[tuple[str, list[str]]]) -> Binding:
     """states: (observation, available actions). Only states where the mission's object has an
