@@ -4,7 +4,7 @@ object read from the goal, and the split of probability mass that the figures re
 import pytest
 
 import binding_probe as bp
-from agent import load_policy
+import tiny as tiny_policy
 
 OBS = ("You see red key 1 2 steps left, green ball 1 2 steps ahead, red ball 1 1 step ahead. In front of "
        "you: nothing. You carry nothing.\nAvailable actions: turn left, go to red key 1, pickup red key 1, "
@@ -23,7 +23,7 @@ def test_the_mission_object_and_which_actions_are_about_it():
 
 @pytest.fixture(scope="module")
 def tiny():
-    return load_policy("tiny")
+    return tiny_policy.load("tiny", "babyai")
 
 
 def test_action_probabilities_are_the_masked_samplers_and_sum_to_one(tiny):
