@@ -132,3 +132,22 @@ def collect_states(pool, tasks: list[int]) -> list[tuple[str, list[str]]]:
             if not r.get("error"):
                 out.append((r["observation"], list(r.get("available_actions") or [])))
     return out
+
+
+if __name__ == "__main__":  # python binding_probe.py --model runs/default/checkpoint --states 200
+    import argparse
+
+    from config import AgentConfig, load_agent
+    from envs import close_pool, open_pool
+
+    p = argparse.ArgumentParser(description="The mission-binding probe of a BabyAI policy.")
+    p.add_argument("--model", default="tiny", help="tiny or a train.py checkpoint")
+    p.add_argument("--states", type=int, default=200, help="held-out GoToLocal test tasks to read")
+    args = p.parse_args()
+    policy = load_agent(AgentConfig(model=args.model), "cpu")
+    pool = open_pool("babyai", size=min(64, args.states))
+    try:
+        states = collect_states(pool, probe_tasks(args.states))
+    finally:
+        close_pool(pool)
+    print(binding(policy, states))
