@@ -1,32 +1,33 @@
 """GiGPO: Group-in-Group Policy Optimization (Feng et al., 2025, arXiv 2505.10978), credit per turn.
 
 Where it sits: like `grpo.py`, `train.py` calls `advantages()` once per rollout batch and then the
-clipped loss (GRPO's, `algorithm.clipped_policy_loss`) on each minibatch. This file never talks to an environment; it reads only the
-outcome rewards, the group of each trajectory and the observation each turn acted on.
+clipped loss (GRPO's, `algorithm.clipped_policy_loss`) on each minibatch. This file never talks
+to an environment; it reads only the outcome rewards, the group of each trajectory and the
+observation each turn acted on.
 
 GRPO gives every turn of an episode the same advantage, so one 0/1 outcome says little about which
 turn was right. GiGPO keeps GRPO's episode-level advantage and adds a step-level one, with no critic
-and no extra rollouts (paper, section 3):
+and no extra rollouts (Feng et al., 2025; its section and equation numbers were not checked here):
 
-  Episode level (eq. 4): the rollouts of one task form a group g; trajectory i gets GRPO's
+  Episode level: the rollouts of one task form a group g; trajectory i gets GRPO's
       A^E_i = (R_i - mean_{j in g} R_j) / (std_{j in g} R_j + eps)          (grpo.group_advantages)
 
-  Anchor states (eq. 6): within a group, every turn taken from the same environment state forms a
+  Anchor states: within a group, every turn taken from the same environment state forms a
   step-level group. Every rollout of a task starts from the same state, and later states recur
   (two rollouts that took the same first action, or turned left then right). The state is the
   observation text, matched exactly, optionally after a normaliser that drops text irrelevant to
   the state (`--anchor-normaliser`, see ANCHOR_NORMALISERS).
 
-  Step returns (eq. 7): the discounted return from turn t of trajectory i, with per-turn rewards
+  Step returns: the discounted return from turn t of trajectory i, with per-turn rewards
   r_t (here the outcome reward on the last turn, 0 before it, as everywhere in this project)
       R_{i,t} = sum_{k >= t} gamma^(k - t) r_{i,k}
 
-  Step level (eq. 8): normalised within the step group S of turn (i, t)
+  Step level: normalised within the step group S of turn (i, t)
       A^S_{i,t} = (R_{i,t} - mean_{(j,k) in S} R_{j,k}) / (std_{(j,k) in S} R_{j,k} + eps)
   A turn from a state no other rollout reached (a singleton group) has nothing to compare with and
   gets A^S = 0 (only the episode term); a step group whose returns are all equal gets A^S = 0.
 
-  Combined (eq. 9), on every agent token of turn t of trajectory i:
+  Combined, on every agent token of turn t of trajectory i:
       A_{i,t} = A^E_i + omega * A^S_{i,t}
 
 The statistics are computed in float64 at both levels: in float32 the mean of eight equal rewards
@@ -63,7 +64,7 @@ ANCHOR_NORMALISERS = {
 
 
 def discounted_returns(turn_rewards: list[float], gamma: float) -> list[float]:
-    """r_0..r_{T-1} -> R_0..R_{T-1}, R_t = r_t + gamma * R_{t+1} (eq. 7)."""
+    """r_0..r_{T-1} -> R_0..R_{T-1}, R_t = r_t + gamma * R_{t+1}."""
     out, running = [0.0] * len(turn_rewards), 0.0
     for t in reversed(range(len(turn_rewards))):
         running = turn_rewards[t] + gamma * running
@@ -99,7 +100,7 @@ def gigpo_advantages(rewards: list[float], groups: list[int], anchors: list[list
                      gamma: float = 0.95, step_norm: str = "std", normaliser: str = "exact",
                      eps: float = 1e-6) -> list[list[float]]:
     """Outcome reward, group and per-turn anchor observations of each trajectory -> per trajectory,
-    per turn, A_{i,t} = A^E_i + omega * A^S_{i,t} (eq. 9)."""
+    per turn, A_{i,t} = A^E_i + omega * A^S_{i,t}."""
     a_ep = grpo.group_advantages(torch.tensor(rewards, dtype=torch.float64), torch.tensor(groups), eps)  # (N,)
     keys = step_group_ids(groups, anchors, normaliser)
     returns = []  # flat over (trajectory, turn); the outcome sits on the last turn

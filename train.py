@@ -108,11 +108,11 @@ class Config(AgentConfig):
     vf_clip: float = 0.5
     """ppo: clip range of the new values around the old ones (verl's cliprange_value)"""
     step_weight: float = 1.0
-    """gigpo: omega, weight of the step-level (anchor-state) advantage (GiGPO, eq. 9)"""
+    """gigpo: omega, weight of the step-level (anchor-state) advantage (GiGPO, Feng et al., 2025)"""
     step_gamma: float = 0.95
-    """gigpo: gamma, discount per turn of the step returns (GiGPO, eq. 7)"""
+    """gigpo: gamma, discount per turn of the step returns (GiGPO, Feng et al., 2025)"""
     step_norm: str = "std"
-    """gigpo: step-level normalisation, std ((R - mean) / std, eq. 8) or mean (R - mean)"""
+    """gigpo: step-level normalisation, std ((R - mean) / std, the paper's) or mean (R - mean)"""
     anchor_normaliser: str = "exact"
     """gigpo: how observations match into anchor states: exact, whitespace, or babyai (drops the server's notes)"""
     critic_lr: float = 0.0
