@@ -46,6 +46,7 @@ class Batch:
     advantages: torch.Tensor | None = None  # (B, T) filled by the algorithm
     returns: torch.Tensor | None = None  # (B, T) value targets (PPO) or returns (REINFORCE++)
     values: torch.Tensor | None = None  # (B, T) PPO's values at rollout time
+    anchors: list[list[str]] | None = None  # (N,) per trajectory, the observation each turn acted on (GiGPO)
 
     def __len__(self):
         return self.input_ids.shape[0]
@@ -56,7 +57,7 @@ class Batch:
         return Batch(self.input_ids[rows], self.attention_mask[rows], self.loss_mask[rows],
                      self.old_logprobs[rows], pick(self.allowed), self.traj[rows], self.turn[rows],
                      self.rewards, self.groups, pick(self.ref_logprobs), pick(self.advantages),
-                     pick(self.returns), pick(self.values))
+                     pick(self.returns), pick(self.values), self.anchors)
 
     def trim(self) -> "Batch":
         """The same rows without the columns that are padding in every row (a micro-batch of
@@ -65,13 +66,15 @@ class Batch:
         cut = lambda x: None if x is None else x[:, :T]
         return Batch(self.input_ids[:, :T], self.attention_mask[:, :T], self.loss_mask[:, :T],
                      self.old_logprobs[:, :T], cut(self.allowed), self.traj, self.turn, self.rewards,
-                     self.groups, cut(self.ref_logprobs), cut(self.advantages), cut(self.returns), cut(self.values))
+                     self.groups, cut(self.ref_logprobs), cut(self.advantages), cut(self.returns), cut(self.values),
+                     self.anchors)
 
 
 def make_batch(trajs, pad_id: int) -> Batch:
-    """Trajectories (anything with `.rows`, `.reward` and `.group`, e.g. `agent.Trajectory`)
-    -> one right-padded Batch, rows of trajectory 0 first. Masked sampling is kept as the id lists
-    the rollout stored (K = the most ids allowed anywhere), never as a (B, T, V) mask."""
+    """Trajectories (anything with `.rows`, `.reward` and `.group`, e.g. `agent.Trajectory`; GiGPO
+    also reads `.observations` and `.turns`) -> one right-padded Batch, rows of trajectory 0 first.
+    Masked sampling is kept as the id lists the rollout stored (K = the most ids allowed anywhere),
+    never as a (B, T, V) mask."""
     rows = [(n, k, r) for n, tr in enumerate(trajs) for k, r in enumerate(tr.rows)]
     B, T = len(rows), max(len(r.ids) for _, _, r in rows)
     ids = torch.full((B, T), pad_id, dtype=torch.long)
@@ -93,6 +96,7 @@ def make_batch(trajs, pad_id: int) -> Batch:
         traj=torch.tensor([n for n, _, _ in rows]), turn=torch.tensor([k for _, k, _ in rows]),
         rewards=torch.tensor([tr.reward for tr in trajs], dtype=torch.float),
         groups=torch.tensor([tr.group for tr in trajs]),
+        anchors=[list(getattr(tr, "observations", []))[:getattr(tr, "turns", 0)] for tr in trajs],
     )
 
 

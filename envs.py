@@ -149,6 +149,9 @@ BABYAI_DEMO_LEVELS = [2, 4, 5]
 # 11% of the time within 1 turn, 20% within 2, 28% within 3, 34% within 4, 48% within 8 and 64%
 # within 16 (benchmarks/horizon_random.py).
 BABYAI_HORIZON_LEVELS = [10, 11, 14]
+# A mission-heavy set (issue 18): GoToLocalS8N7 and PickupDistDebug, levels 5 and 20, where the
+# mission names one of several objects (by colour and type, or by one of them).
+BABYAI_MISSION_LEVELS = [5, 20]
 
 ENVS: dict[str, EnvSpec] = {
     "babyai": EnvSpec(
@@ -159,6 +162,8 @@ ENVS: dict[str, EnvSpec] = {
             "test": babyai_tasks(BABYAI_DEMO_LEVELS, range(10000, 10200)),
             "horizon-train": babyai_tasks(BABYAI_HORIZON_LEVELS, range(0, 10000)),
             "horizon-test": babyai_tasks(BABYAI_HORIZON_LEVELS, range(10000, 10200)),
+            "mission-train": babyai_tasks(BABYAI_MISSION_LEVELS, range(0, 10000)),
+            "mission-test": babyai_tasks(BABYAI_MISSION_LEVELS, range(10000, 10200)),
             "all-train": babyai_tasks(list(range(1, 41)), range(0, 10000)),
             "all-test": babyai_tasks(list(range(1, 41)), range(10000, 10010)),
         },

@@ -39,6 +39,7 @@ import torch
 from accelerate import Accelerator
 from tqdm import tqdm
 
+import gigpo
 import grpo
 import lora
 import ppo
@@ -48,6 +49,7 @@ import view
 from agent import rollout
 from algorithm import load_state, save_state
 from batch import make_batch, token_logprobs
+from binding_probe import binding, collect_states, probe_tasks
 from config import AgentConfig, load_agent, parse, resolve_device, set_threads
 from envs import ENVS, check_server, close_pool, open_pool
 from eval import evaluate, write_trajectories
@@ -60,6 +62,7 @@ ALGOS = {
     "rloo": grpo.RLOO,
     "ppo": ppo.PPO,
     "reinforce_pp": reinforce_pp.REINFORCE_PP,
+    "gigpo": gigpo.GIGPO,
 }
 REAL_MODEL_LR = 1e-6  # the paper's; the tiny policy's is tiny.LR
 MAX_FAILED_STEPS = 3  # consecutive steps whose every episode hit an environment error: give up
@@ -70,7 +73,7 @@ class Config(AgentConfig):
     """Every knob of a training run: the agent's (config.AgentConfig), the loop's, the algorithms'."""
 
     algo: str = "grpo"
-    """algorithm: one of ALGOS (grpo, rloo, ppo, reinforce_pp)"""
+    """algorithm: one of ALGOS (grpo, rloo, ppo, reinforce_pp, gigpo)"""
     steps: int = 50
     """training steps (one rollout batch + update each)"""
     out: str = "runs/default"
@@ -123,8 +126,20 @@ class Config(AgentConfig):
     """ppo: weight of the value loss"""
     vf_clip: float = 0.5
     """ppo: clip range of the new values around the old ones (verl's cliprange_value)"""
+    step_weight: float = 1.0
+    """gigpo: omega, weight of the step-level (anchor-state) advantage (GiGPO, Feng et al., 2025)"""
+    step_gamma: float = 0.95
+    """gigpo: gamma, discount per turn of the step returns (GiGPO, Feng et al., 2025)"""
+    step_norm: str = "std"
+    """gigpo: step-level normalisation, std ((R - mean) / std, the paper's) or mean (R - mean)"""
+    anchor_normaliser: str = "exact"
+    """gigpo: how observations match into anchor states: exact, whitespace, or babyai (drops the server's notes)"""
     critic_lr: float = 0.0
     """ppo: learning rate of the critic; 0: the policy's"""
+    probe_every: int = 0
+    """BabyAI: log the mission-binding probe (binding_probe.py) every N steps; 0: never"""
+    probe_states: int = 100
+    """held-out GoToLocal tasks the probe reads"""
     eval_episodes: int = 200
     """test tasks for eval_before / eval_after (0: skip)"""
     eval_samples: int = 1
@@ -278,6 +293,9 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
             print(f"eval before: success {summary['eval_before']['success_rate']:.3f}"
                   + (f" ({summary['eval_before']['errors']} episodes with environment errors left out)"
                      if summary['eval_before']['errors'] else ""))
+        probe = collect_states(pool, probe_tasks(cfg.probe_states)) if cfg.probe_every and cfg.env == "babyai" else []
+        if probe and start == 1:
+            summary["probe_before"] = binding(policy, probe).__dict__
         bar = tqdm(range(start, cfg.steps + 1), desc=f"{cfg.algo} on {cfg.env}", initial=start - 1, total=cfg.steps)
         for step in bar:
             t0 = time.time()
@@ -345,6 +363,9 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
             if n_eval and cfg.eval_every and step % cfg.eval_every == 0 and step != cfg.steps:  # last: eval_after
                 ev, _ = evaluate(policy, pool, spec, test_tasks, cfg.eval_samples, eval_turns, desc="eval")
                 m["eval/success"], m["eval/turns"] = ev["success_rate"], ev["avg_turns"]
+            if probe and (step % cfg.probe_every == 0 or step in (1, cfg.steps)):
+                summary["probe_after"] = binding(policy, probe).__dict__
+                m.update({f"probe/{k}": v for k, v in summary["probe_after"].items() if k != "n_states"})
             history.append(m)
             log_metrics(metrics_path, writer, m)
             if cfg.save_rollouts_every and step % cfg.save_rollouts_every == 0:
@@ -478,13 +499,21 @@ def plot_curves(metrics_path: str, png: str):
     if not rows:
         return
     steps = [r["step"] for r in rows]
-    fig, ax = plt.subplots(1, 2, figsize=(10, 3.5))
+    probed = [r for r in rows if "probe/share" in r]
+    fig, ax = plt.subplots(1, 3 if probed else 2, figsize=(15 if probed else 10, 3.5))
     ax[0].plot(steps, [r["charts/success"] for r in rows], label="success (train rollouts)")
     ax[0].plot(steps, [r["charts/reward"] for r in rows], label="reward", alpha=0.6)
     ax[0].set_xlabel("step"); ax[0].legend(); ax[0].set_ylim(0, 1)
     ax[1].plot(steps, [r["charts/turns"] for r in rows], label="turns per episode")
     ax[1].plot(steps, [r["horizon"] for r in rows], label="horizon (max turns)", linestyle="--")
     ax[1].set_xlabel("step"); ax[1].legend()
+    if probed:  # binding_probe.py: mass on the mission's object vs the others, held-out GoToLocal
+        ps = [r["step"] for r in probed]
+        ax[2].plot(ps, [r["probe/p_mission"] for r in probed], marker="o", label="p(mission's object)")
+        ax[2].plot(ps, [r["probe/p_other"] for r in probed], marker="o", label="p(other objects)")
+        ax[2].plot(ps, [r["probe/share"] for r in probed], marker="o", label="share on mission's object")
+        ax[2].plot(ps, [r["probe/chance"] for r in probed], linestyle="--", label="share by chance")
+        ax[2].set_xlabel("step"); ax[2].set_ylim(0, 1); ax[2].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(png, dpi=100)
     plt.close(fig)

@@ -101,7 +101,7 @@ def test_the_loss_mask_decodes_to_exactly_the_replies(policy, free_run):
 
 
 def test_stored_logprobs_equal_a_fresh_forward_pass(policy, free_run):
-    batch = make_batch(free_run, policy.tokenizer.pad_token_id, policy.model.config.vocab_size)
+    batch = make_batch(free_run, policy.tokenizer.pad_token_id)
     with torch.no_grad():
         logp, _ = token_logprobs(policy.model, batch, policy.temperature)
     m = batch.loss_mask.bool()
@@ -111,7 +111,7 @@ def test_stored_logprobs_equal_a_fresh_forward_pass(policy, free_run):
 
 def test_observation_tokens_get_zero_gradient(policy, free_run):
     free_run[0].reward, free_run[1].reward = 1.0, 0.0  # one group: a success and a failure
-    batch = make_batch(free_run, policy.tokenizer.pad_token_id, policy.model.config.vocab_size)
+    batch = make_batch(free_run, policy.tokenizer.pad_token_id)
     cfg = Config(kl_coef=0.0)  # no reference forward pass needed for this claim
     grpo.advantages(batch, cfg)
     policy.model.zero_grad()

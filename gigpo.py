@@ -1,0 +1,155 @@
+"""GiGPO: Group-in-Group Policy Optimization (Feng et al., 2025, arXiv 2505.10978), credit per turn.
+
+Where it sits: like `grpo.py`, `train.py` calls `advantages()` once per rollout batch and then the
+clipped loss (GRPO's, `algorithm.clipped_policy_loss`) on each minibatch. This file never talks
+to an environment; it reads only the outcome rewards, the group of each trajectory and the
+observation each turn acted on.
+
+GRPO gives every turn of an episode the same advantage, so one 0/1 outcome says little about which
+turn was right. GiGPO keeps GRPO's episode-level advantage and adds a step-level one, with no critic
+and no extra rollouts (Feng et al., 2025; its section and equation numbers were not checked here):
+
+  Episode level: the rollouts of one task form a group g; trajectory i gets GRPO's
+      A^E_i = (R_i - mean_{j in g} R_j) / (std_{j in g} R_j + eps)          (grpo.group_advantages)
+
+  Anchor states: within a group, every turn taken from the same environment state forms a
+  step-level group. Every rollout of a task starts from the same state, and later states recur
+  (two rollouts that took the same first action, or turned left then right). The state is the
+  observation text, matched exactly, optionally after a normaliser that drops text irrelevant to
+  the state (`--anchor-normaliser`, see ANCHOR_NORMALISERS).
+
+  Step returns: the discounted return from turn t of trajectory i, with per-turn rewards
+  r_t (here the outcome reward on the last turn, 0 before it, as everywhere in this project)
+      R_{i,t} = sum_{k >= t} gamma^(k - t) r_{i,k}
+
+  Step level: normalised within the step group S of turn (i, t)
+      A^S_{i,t} = (R_{i,t} - mean_{(j,k) in S} R_{j,k}) / (std_{(j,k) in S} R_{j,k} + eps)
+  A turn from a state no other rollout reached (a singleton group) has nothing to compare with and
+  gets A^S = 0 (only the episode term); a step group whose returns are all equal gets A^S = 0.
+
+  Combined, on every agent token of turn t of trajectory i:
+      A_{i,t} = A^E_i + omega * A^S_{i,t}
+
+The statistics are computed in float64 at both levels: in float32 the mean of eight equal rewards
+can differ from them by one ulp, and dividing that by a std of the same size (+ eps) turns "no
+signal" into an advantage of ~0.06.
+
+Reads cfg.step_weight (omega), cfg.step_gamma (gamma), cfg.step_norm, cfg.anchor_normaliser,
+cfg.group_std_eps, and GRPO's cfg.clip_ratio, cfg.kl_coef, cfg.entropy_coef (train.Config).
+"""
+
+from collections import defaultdict
+
+import torch
+
+import grpo
+from algorithm import Algorithm
+
+
+def _babyai_state(obs: str) -> str:
+    # BabyAI's server puts a note before the state ('"x" is not an available action ...', the answer
+    # to `check available actions`); the state itself starts at the last "You see".
+    i = obs.rfind("You see")
+    return obs[i:] if i >= 0 else obs
+
+
+ANCHOR_NORMALISERS = {
+    "exact": lambda obs: obs,
+    "whitespace": lambda obs: " ".join(obs.split()).lower(),
+    "babyai": _babyai_state,
+}
+
+
+# --- the math, on plain lists (one entry per trajectory) ---------------------------------------
+
+
+def discounted_returns(turn_rewards: list[float], gamma: float) -> list[float]:
+    """r_0..r_{T-1} -> R_0..R_{T-1}, R_t = r_t + gamma * R_{t+1}."""
+    out, running = [0.0] * len(turn_rewards), 0.0
+    for t in reversed(range(len(turn_rewards))):
+        running = turn_rewards[t] + gamma * running
+        out[t] = running
+    return out
+
+
+def normalise_in_groups(values: torch.Tensor, ids: list, eps: float = 1e-6, use_std: bool = True) -> torch.Tensor:
+    """(M,) values, M group keys -> (M,) float64 (x - mean_group) / (std_group + eps); a group of one
+    gets 0. Float64 so that equal values give (numerically) zero, see the module docstring."""
+    x = values.to(torch.float64)
+    out = torch.zeros_like(x)
+    members = defaultdict(list)
+    for m, key in enumerate(ids):
+        members[key].append(m)
+    for idx in members.values():
+        if len(idx) < 2:
+            continue  # nothing to compare with: no advantage at this level
+        v = x[idx]
+        centred = v - v.mean()
+        out[idx] = centred / (v.std() + eps) if use_std else centred
+    return out
+
+
+def step_group_ids(groups: list[int], anchors: list[list[str]], normaliser: str = "exact") -> list[list[tuple]]:
+    """Per trajectory, per turn: the key of its step-level group, (episode group, anchor state).
+    Turns match only within their episode group (the same task in the same batch)."""
+    norm = ANCHOR_NORMALISERS[normaliser]
+    return [[(g, norm(obs)) for obs in turns] for g, turns in zip(groups, anchors)]
+
+
+def gigpo_advantages(rewards: list[float], groups: list[int], anchors: list[list[str]], omega: float = 1.0,
+                     gamma: float = 0.95, step_norm: str = "std", normaliser: str = "exact",
+                     eps: float = 1e-6) -> list[list[float]]:
+    """Outcome reward, group and per-turn anchor observations of each trajectory -> per trajectory,
+    per turn, A_{i,t} = A^E_i + omega * A^S_{i,t}."""
+    a_ep = grpo.group_advantages(torch.tensor(rewards, dtype=torch.float64), torch.tensor(groups), eps)  # (N,)
+    keys = step_group_ids(groups, anchors, normaliser)
+    returns = []  # flat over (trajectory, turn); the outcome sits on the last turn
+    for r, turns in zip(rewards, anchors):
+        returns += discounted_returns([0.0] * (len(turns) - 1) + [r], gamma) if turns else []
+    flat_keys = [k for ks in keys for k in ks]
+    a_step = normalise_in_groups(torch.tensor(returns, dtype=torch.float64), flat_keys, eps, step_norm == "std")
+    out, m = [], 0
+    for n, turns in enumerate(anchors):
+        out.append([float(a_ep[n] + omega * a_step[m + t]) for t in range(len(turns))])
+        m += len(turns)
+    return out
+
+
+# --- onto the batch's agent tokens -------------------------------------------------------------
+
+
+def turn_of_tokens(batch) -> torch.Tensor:
+    """(B, T) long: the turn index of every agent token within its trajectory, -1 elsewhere.
+    Works for both layouts: one row per turn (context_turns=K), or one row holding the whole
+    conversation, where each run of consecutive agent tokens is one turn."""
+    out = torch.full(batch.loss_mask.shape, -1, dtype=torch.long)
+    for n in batch.traj.unique().tolist():
+        rows = (batch.traj == n).nonzero().squeeze(-1)
+        rows = rows[batch.turn[rows].argsort()]  # turn order, whatever order the batch holds
+        t = -1
+        for r in rows.tolist():
+            prev = 0.0
+            for c, m in enumerate(batch.loss_mask[r].tolist()):
+                if m and not prev:  # a new run of agent tokens starts a new turn
+                    t += 1
+                if m:
+                    out[r, c] = t
+                prev = m
+    return out
+
+
+def advantages(batch, cfg, state=None) -> None:
+    """Fill batch.advantages (B, T) with A_{i,t} on the agent tokens of turn t of trajectory i.
+    Needs batch.anchors: per trajectory, the observation each turn acted on."""
+    per_turn = gigpo_advantages(batch.rewards.tolist(), batch.groups.tolist(), batch.anchors, cfg.step_weight,
+                                cfg.step_gamma, cfg.step_norm, cfg.anchor_normaliser, cfg.group_std_eps)
+    turn = turn_of_tokens(batch)  # (B, T)
+    adv = torch.zeros(batch.loss_mask.shape, dtype=torch.float32)
+    for b in range(len(batch)):
+        n = int(batch.traj[b])
+        for c in (turn[b] >= 0).nonzero().squeeze(-1).tolist():
+            adv[b, c] = per_turn[n][int(turn[b, c])]
+    batch.advantages = adv * batch.loss_mask
+
+
+GIGPO = Algorithm(advantages=advantages, loss=grpo.loss)
