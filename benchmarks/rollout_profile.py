@@ -39,7 +39,7 @@ from config import load_agent, parse, resolve_device, set_threads  # noqa: E402
 from envs import ENVS, close_pool, open_pool  # noqa: E402
 
 ROLLOUT = ["env", "template", "tries", "prefill", "decode", "mask", "gen other", "roll other"]
-UPDATE = ["make_batch", "reference", "advantages", "forward", "backward", "optimizer", "checkpoint", "other"]
+UPDATE = ["make_batch", "reference", "advantages", "forward_backward", "optimizer", "checkpoint", "other"]
 
 
 @dataclass
@@ -96,7 +96,7 @@ def profile_training(cfg: ProfileConfig):
         profile: list[dict] = []
         train.train(cfg, profile=profile)
     steps = [derived(t) for t in profile]
-    cols = ["total", "rollout"] + ROLLOUT + ["reference", "forward", "backward", "optimizer"]
+    cols = ["total", "rollout"] + ROLLOUT + ["reference", "forward_backward", "optimizer"]
     rows = [[str(t["step"]), str(t["horizon"]), str(t["episodes"]), str(t["agent_tokens"])]
             + [f"{t.get(c, 0):.3f}" for c in cols] for t in steps]
     print(f"\nper step (seconds), {cfg.algo} on {cfg.env}, model {cfg.model}, threads {torch.get_num_threads()}")

@@ -5,6 +5,7 @@ import os
 
 import psutil
 import pytest
+import torch
 
 from scaling_inter import Schedule, fixed, staged
 from train import Config, parse_args, train
@@ -58,7 +59,7 @@ def test_a_short_training_run_completes_and_leaves_no_server(tmp_path):
     assert torch.get_num_threads() == 1
     # the profile: one dict per step, its sections inside the step
     assert [p["step"] for p in profile] == [1, 2]
-    assert all(p["rollout"] + p["forward"] + p["backward"] <= p["total"] for p in profile)
+    assert all(p["rollout"] + p["forward_backward"] + p["optimizer"] <= p["total"] for p in profile)
     assert all(p["env"] + p["generate"] <= p["rollout"] for p in profile)
     assert set(summary["eval_before"]) >= {"success_rate", "avg_score", "pass_at_k", "avg_turns"}
     assert set(summary["eval_after"]) == set(summary["eval_before"])
