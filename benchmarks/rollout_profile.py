@@ -15,7 +15,7 @@ then a summary of seconds per step and share of the step per section:
                  generate     prefill (the prompt's forward), decode (one forward per new token),
                               mask (applying the tries to the logits), other (sampling, bookkeeping)
     update       make_batch, reference (the frozen model's log-probs), advantages,
-                 forward (log-probs + loss), backward, optimizer (clip + step), checkpoint
+                 forward_backward (log-probs, loss and backward, micro-batch by micro-batch), optimizer (clip + step), checkpoint
 
 Compare mode rolls out the first N test tasks `--repeats` times in one batch and one episode at a
 time, interleaved so that load from other processes falls on both alike, and prints episodes/s.

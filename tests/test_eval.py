@@ -7,7 +7,7 @@ from eval import pass_at_k, summarise, summary_table
 
 def fake(task, success, category, turns=2):
     return SimpleNamespace(task=task, success=success, category=category, score=float(success),
-                           reward=float(success), turns=turns, error="")
+                           reward=float(success), turns=turns, error="", truncated=0)
 
 
 def test_pass_at_k_per_category_uses_only_that_categorys_tasks():
