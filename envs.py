@@ -37,6 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
+import psutil
 import requests
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -335,21 +336,11 @@ def _exit_on_sigterm():
 
 
 def _descendants(pid: int) -> list[int]:
-    """Every process below `pid` (Linux /proc)."""
-    children: dict[int, list[int]] = {}
-    for stat in os.listdir("/proc") if os.path.isdir("/proc") else []:
-        if stat.isdigit():
-            try:
-                ppid = int(open(f"/proc/{stat}/stat").read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(stat))
-    out, todo = [], [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
+    """Every process below `pid` (a server's JVMs, browsers)."""
+    try:
+        return [p.pid for p in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return []
 
 
 class EnvServer:

@@ -61,7 +61,6 @@ import argparse
 import asyncio
 import contextlib
 import ctypes
-import glob
 import inspect
 import itertools
 import json
@@ -74,6 +73,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Callable
 
+import psutil
 import uvicorn
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -570,18 +570,11 @@ def build_app(title: str, make_env: Callable[..., object], create_keys: tuple[st
 
 
 def descendants(pid: int) -> list[int]:
-    """Every process below `pid` (Linux /proc): Playwright's driver and Chromium, JVMs."""
-    children: dict[int, list[int]] = {}
-    for stat in glob.glob("/proc/[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            fields = open(stat).read().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(stat.split("/")[2]))
-    out, todo = [], [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
+    """Every process below `pid`: Playwright's driver and Chromium, JVMs."""
+    try:
+        return [p.pid for p in psutil.Process(pid).children(recursive=True)]
+    except psutil.Error:
+        return []
 
 
 def _force_exit_after(grace: float) -> None:
