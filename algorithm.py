@@ -27,6 +27,8 @@ from typing import Callable
 
 import torch
 
+import dist
+
 
 @dataclass
 class State:
@@ -60,6 +62,18 @@ def load_state(state: State, folder: str, unwrap=lambda m: m) -> None:
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean of x over the positions where mask is 1 (the agent tokens)."""
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def global_masked_moments(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and (biased) variance of x over the positions where mask is 1, in float64, over the
+    GLOBAL batch: with several processes (dist.py) each adds its sums, so N processes whiten
+    exactly as one process holding every trajectory would. Two passes (mean, then the squared
+    deviations from it) rather than sum of squares: equal values give a variance of 0."""
+    x, m = x.double(), mask.double()
+    n = dist.global_sum(m.sum()).clamp(min=1.0)
+    mean = dist.global_sum((x * m).sum()) / n
+    var = dist.global_sum(((x - mean) ** 2 * m).sum()) / n
+    return mean, var
 
 
 def clipped_policy_loss(logp: torch.Tensor, entropy: torch.Tensor | None, mb, adv: torch.Tensor,

@@ -120,8 +120,9 @@ def token_logprobs(model, batch: Batch, temperature: float = 1.0, with_entropy: 
     Computed by `logprobs.agent_logprobs`: only agent positions reach the LM head, in chunks."""
     rows, cols = predicting_positions(batch.loss_mask)
     allowed = None if batch.allowed is None else batch.allowed[rows, cols]  # (N, K)
-    logp, ent = agent_logprobs(model, batch.input_ids, batch.attention_mask, rows, cols, temperature,
-                               allowed, with_entropy)  # (N,)
+    # a plain model, or a `logprobs.LogprobForward` (maybe wrapped by DDP/FSDP: train.py's update)
+    run = model if not hasattr(model, "get_decoder") else lambda *a: agent_logprobs(model, *a)
+    logp, ent = run(batch.input_ids, batch.attention_mask, rows, cols, temperature, allowed, with_entropy)  # (N,)
 
     def grid(x):  # (N,) -> (B, T), differentiable
         where = (rows.to(x.device), cols.to(x.device))

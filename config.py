@@ -34,7 +34,7 @@ class AgentConfig:
     env: str = "babyai"
     """environment name (see envs.ENVS)"""
     url: str = ""
-    """an already running environment server (ours or AgentGym's); empty: start one"""
+    """an already running environment server (ours or AgentGym's); several, comma-separated: process i of N (accelerate launch) uses the (i mod count)-th; empty: start one (one per process)"""
     seed: int = 0
     """random seed (task sampling, sampling, initialisation)"""
     device: str = "auto"

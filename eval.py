@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
+import dist
 import view
 from agent import Policy, rollout
 from config import AgentConfig, load_agent, parse, resolve_device, set_threads
@@ -140,9 +141,12 @@ def _markdown(head: list[str], body: list[list[str]]) -> str:
 
 def evaluate(policy: Policy, pool: EnvPool, spec: EnvSpec, task_ids: list[int], n_samples: int = 1,
              max_turns: int = 20, desc: str = "eval"):
-    """Roll out every task n_samples times (sampling at the policy's temperature)."""
+    """Roll out every task n_samples times (sampling at the policy's temperature). With N processes
+    (`accelerate launch`, dist.py) each rolls out its share of the episodes and every process gets
+    all of them back, in task order."""
     tasks = [t for t in task_ids for _ in range(n_samples)]
-    trajs = rollout(policy, pool, spec, tasks, max_turns, desc=desc)
+    trajs = rollout(policy, pool, spec, dist.shard(tasks), max_turns, desc=desc if dist.is_main() else None)
+    trajs = dist.gather(trajs)
     return summarise(trajs, n_samples), trajs
 
 
@@ -213,20 +217,25 @@ def describe_tasks(cfg: EvalConfig, n: int) -> str:
 
 def main(argv=None):
     cfg = parse(EvalConfig, argv, description="Evaluate an agent on an environment's tasks.")
-    if cfg.url:
-        check_server(cfg.url)  # a dead --url is a clear error before anything else runs
+    for url in cfg.url.split(","):
+        if url:
+            check_server(url)  # a dead --url is a clear error before anything else runs
     import torch
 
-    torch.manual_seed(cfg.seed)
+    device = resolve_device(cfg.device)
+    here = dist.start(cpu=device == "cpu")  # under `accelerate launch`: N processes share the episodes
+    torch.manual_seed(dist.process_seed(cfg.seed))
     spec = ENVS[cfg.env]
     tasks = parse_task_ids(cfg.task_ids) if cfg.task_ids else spec.splits[cfg.split]
     tasks = tasks[:cfg.limit] if cfg.limit else tasks
     if cfg.render and cfg.env != "babyai":
         raise SystemExit("--render: only the BabyAI server draws pictures of its observations")
-    set_threads(cfg, resolve_device(cfg.device))
-    policy = load_agent(cfg, resolve_device(cfg.device))
+    set_threads(cfg, device)
+    policy = load_agent(cfg, here.device)
     os.makedirs(cfg.out, exist_ok=True)
-    pool = open_pool(cfg.env, size=min(cfg.parallel, len(tasks) * cfg.n_samples), url=cfg.url or None,
+    urls = [u for u in cfg.url.split(",") if u]  # each process takes one (dist.py)
+    pool = open_pool(cfg.env, size=max(1, min(cfg.parallel, math.ceil(len(tasks) * cfg.n_samples / dist.world()))),
+                     url=urls[dist.rank() % len(urls)] if urls else None,
                      create={"render": True} if cfg.render else None)
     try:
         if cfg.sweep_max_turns:
@@ -236,6 +245,8 @@ def main(argv=None):
             summary, trajs = evaluate(policy, pool, spec, tasks, cfg.n_samples, cfg.max_turns or spec.default_horizon)
     finally:
         close_pool(pool)
+    if not dist.is_main():  # every process has every episode (dist.gather); the main one writes
+        return rows if cfg.sweep_max_turns else summary
     if cfg.sweep_max_turns:
         with open(os.path.join(cfg.out, "sweep.json"), "w") as f:
             json.dump({"model": cfg.model, "env": cfg.env, "tasks": describe_tasks(cfg, len(tasks)), "sweep": rows},

@@ -113,11 +113,25 @@ def agent_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
         lp, ent = checkpoint(_chunk, *args, use_reentrant=False) if grad else _chunk(*args)
         logps.append(lp)
         ents.append(ent)
-    if not logps:  # no agent token at all: keep the graph so backward still works
-        zero = h.sum(-1).float() * 0.0
+    if not logps:  # no agent token at all: keep the graph (the LM head too: DDP waits for its gradient)
+        zero = h.sum(-1).float() * 0.0 + output_logits(model, h[:0]).sum() * 0.0
         return zero, zero if with_entropy else None
     logp = torch.cat(logps)
     return logp, torch.cat(ents) if with_entropy else None
+
+
+class LogprobForward(torch.nn.Module):
+    """The policy with `agent_logprobs` as its forward: what train.py hands to Accelerate. DDP
+    starts its gradient averaging, and FSDP gathers its sharded weights, only in the wrapped
+    module's forward, so the whole training computation (decoder, then the LM head on the agent
+    positions) must run inside one; `.model` stays the plain model (generation, saving)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, rows, cols, temperature=1.0, allowed=None, with_entropy=False):
+        return agent_logprobs(self.model, input_ids, attention_mask, rows, cols, temperature, allowed, with_entropy)
 
 
 def full_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0,

@@ -54,7 +54,7 @@ import copy
 import torch
 import torch.nn as nn
 
-from algorithm import Algorithm, State, clipped_policy_loss, masked_mean
+from algorithm import Algorithm, State, clipped_policy_loss, global_masked_moments, masked_mean
 from batch import agent_tokens
 from logprobs import position_ids, predicting_positions
 
@@ -126,12 +126,10 @@ def advantages(batch, cfg, state: State | None = None) -> None:
 
 
 def whiten(adv: torch.Tensor, mask: torch.Tensor, eps: float) -> torch.Tensor:
-    """(B, T) -> (B, T): zero mean, unit std over the agent tokens (statistics in float64, so
-    that equal advantages give exactly 0); 0 off the agent tokens."""
-    a, m = adv.double(), mask.double()
-    mean = masked_mean(a, m)
-    std = masked_mean((a - mean) ** 2, m).sqrt()
-    return ((a - mean) / (std + eps) * m).to(adv.dtype)
+    """(B, T) -> (B, T): zero mean, unit std over the agent tokens of the global batch (every
+    process's; statistics in float64, so that equal advantages give exactly 0); 0 elsewhere."""
+    mean, var = global_masked_moments(adv, mask)  # over every process's agent tokens (dist.py)
+    return ((adv.double() - mean) / (var.sqrt() + eps) * mask.double()).to(adv.dtype)
 
 
 def value_loss(values: torch.Tensor, mb, cfg):

@@ -13,7 +13,8 @@ token (the k1 estimator, at sampling time), and the outcome R sits on the LAST A
 
     r_k = -kl_coef * (old_logp_k - ref_logp_k)  +  [k = n-1] * R
     G_k = sum_{j >= k} gamma^(j-k) r_j                              (return-to-go)
-    A   = (G - mean(G)) / std(G)         over ALL agent tokens of the batch (global whitening)
+    A   = (G - mean(G)) / std(G)         over ALL agent tokens of the batch (global whitening;
+                                     with several processes, of every process's part: dist.py)
 
 (the whitening statistics in float64, so that equal returns give exactly A = 0), and the loss is
 PPO's clipped surrogate (Schulman et al., 2017, eq. 7; `algorithm.clipped_policy_loss`) with no
@@ -28,7 +29,7 @@ Reads cfg.kl_coef, cfg.gamma, cfg.whiten_eps, cfg.clip_ratio, cfg.entropy_coef (
 
 import torch
 
-from algorithm import Algorithm, clipped_policy_loss, masked_mean
+from algorithm import Algorithm, clipped_policy_loss, global_masked_moments, masked_mean
 from batch import agent_tokens
 
 
@@ -55,9 +56,7 @@ def advantages(batch, cfg, state=None) -> None:
             r = -cfg.kl_coef * (batch.old_logprobs[b, t] - batch.ref_logprobs[b, t].cpu())
         r[-1] += batch.rewards[n]  # the outcome, on the last agent token
         ret[b, t] = returns_to_go(r, cfg.gamma)
-    m = batch.loss_mask.bool()
-    g = ret[m].double()
-    mean, var = g.mean(), g.var(unbiased=False)
+    mean, var = global_masked_moments(ret, batch.loss_mask)  # over every process's agent tokens (dist.py)
     batch.returns = ret
     batch.advantages = ((ret.double() - mean) * torch.rsqrt(var + cfg.whiten_eps)).float() * batch.loss_mask
 

@@ -25,9 +25,11 @@ and renamed into place, the previous one kept as `checkpoint.prev`, so a kill wh
 leaves a half-written checkpoint; `--resume` trims metrics.jsonl back to the checkpoint's step.
 """
 
+import contextlib
 import dataclasses
 import glob
 import json
+import math
 import os
 import random
 import shutil
@@ -36,9 +38,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from accelerate import Accelerator
+from accelerate import Accelerator, DistributedType
 from tqdm import tqdm
 
+import dist
 import gigpo
 import grpo
 import lora
@@ -49,6 +52,7 @@ import view
 from agent import rollout
 from algorithm import load_state, save_state
 from batch import make_batch, token_logprobs
+from logprobs import LogprobForward
 from binding_probe import binding, collect_states, probe_tasks
 from config import AgentConfig, load_agent, parse, resolve_device, set_threads
 from envs import ENVS, check_server, close_pool, open_pool
@@ -95,13 +99,13 @@ class Config(AgentConfig):
     test_split: str = "test"
     """held-out split for eval_before / eval_after"""
     tasks_per_step: int = 8
-    """distinct tasks per step"""
+    """distinct tasks per step (with N processes: in all, each process rolling out about 1/N of them)"""
     group_size: int = 8
     """rollouts per task (GRPO's group n)"""
     epochs: int = 1
     """passes over each rollout batch"""
     minibatch_size: int = 64
-    """trajectories per minibatch"""
+    """trajectories per minibatch (at most; the batch is cut into equal minibatches; with N processes: of the global batch)"""
     lr: float = 0.0
     """learning rate; 0: tiny.LR (5e-4) for tiny, 1e-6 for real models (the paper's)"""
     max_grad_norm: float = 1.0
@@ -205,10 +209,11 @@ def usable(trajs: list, step: int) -> list:
 def train(cfg: Config, profile: list[dict] | None = None) -> dict:
     """Run the loop. `profile`: append, per step, a dict of seconds per part of the step
     (timing.py; benchmarks/rollout_profile.py prints it)."""
-    if cfg.url:
-        check_server(cfg.url)  # a dead --url is a clear error before anything else runs
+    urls = [u for u in cfg.url.split(",") if u]
+    for url in urls:
+        check_server(url)  # a dead --url is a clear error before anything else runs
     os.makedirs(cfg.out, exist_ok=True)
-    seed_everything(cfg.seed)
+    seed_everything(cfg.seed)  # python's `random`, which picks the tasks, is the same on every process
     spec = ENVS[cfg.env]
     if cfg.schedule not in ("staged", "adaptive"):
         raise ValueError(f"--schedule must be staged or adaptive, got {cfg.schedule!r}")
@@ -218,6 +223,11 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
     device = resolve_device(cfg.device)
     set_threads(cfg, device)
     accelerator = Accelerator(mixed_precision=cfg.mixed_precision, cpu=device == "cpu")
+    main = accelerator.is_main_process  # with N processes (dist.py) only the main one writes files
+    if cfg.tasks_per_step < dist.world():
+        raise ValueError(f"--tasks-per-step {cfg.tasks_per_step} < {dist.world()} processes: some would have no task")
+    torch.manual_seed(dist.process_seed(cfg.seed))  # each process samples its own replies
+    np.random.seed(dist.process_seed(cfg.seed))
 
     if cfg.resume:
         cfg.resume = checkpoint_folder(cfg.resume)
@@ -237,24 +247,30 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
             ref_model.to(half)  # frozen: no fp32 master copy needed
     lr = cfg.lr or (tiny.LR if policy.is_tiny else REAL_MODEL_LR)
     optimizer = torch.optim.AdamW([p for p in policy.model.parameters() if p.requires_grad], lr=lr)
-    policy.model, optimizer = accelerator.prepare(policy.model, optimizer)
+    # `forward` computes the agent tokens' log-probs; Accelerate wraps it (DDP: gradients averaged in
+    # backward). policy.model stays the plain model, for generation, the reference and saving.
+    forward, optimizer = accelerator.prepare(LogprobForward(policy.model), optimizer)
     algo = ALGOS[cfg.algo]
-    state = algo.init(accelerator.unwrap_model(policy.model), cfg, lr) if algo.init else None
+    state = algo.init(policy.model, cfg, lr) if algo.init else None
     if state is not None:
         state.model, state.optimizer = accelerator.prepare(state.model, state.optimizer)
-    trained = [(policy.model, optimizer)] + ([(state.model, state.optimizer)] if state else [])
+    trained = [(forward, optimizer)] + ([(state.model, state.optimizer)] if state else [])
     start = 1
     if saved:
         optimizer.load_state_dict(saved["optimizer"])
         if state is not None:
             load_state(state, cfg.resume, accelerator.unwrap_model)
-        set_rng_state(saved["rng"])
+        rngs = saved["rng"] if isinstance(saved["rng"], list) else [saved["rng"]]
+        if len(rngs) != dist.world():
+            raise ValueError(f"{cfg.resume} was saved by {len(rngs)} processes; resume it with as many, "
+                             f"not {dist.world()}")
+        set_rng_state(rngs[dist.rank()])
         start = saved["step"] + 1
 
     writer = None
     try:
         from torch.utils.tensorboard import SummaryWriter
-        writer = SummaryWriter(os.path.join(cfg.out, "tb"))
+        writer = SummaryWriter(os.path.join(cfg.out, "tb")) if main else None
     except ImportError:
         pass
 
@@ -262,15 +278,20 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
     n_eval = min(cfg.eval_episodes, len(spec.splits[cfg.test_split]))
     test_tasks = spec.splits[cfg.test_split][:n_eval]
     train_tasks = spec.splits[cfg.train_split]
-    pool = open_pool(cfg.env, size=max(cfg.tasks_per_step * cfg.group_size, n_eval), url=cfg.url or None,
-                     log_path=os.path.join(cfg.out, "server.log"))
+    # this process's environments: its own local server (on a free port), or its share of --url's list
+    my_tasks = len(dist.shard(list(range(cfg.tasks_per_step))))
+    pool = open_pool(cfg.env, size=max(my_tasks * cfg.group_size, math.ceil(n_eval * cfg.eval_samples / dist.world())),
+                     url=urls[dist.rank() % len(urls)] if urls else None,
+                     log_path=os.path.join(cfg.out, "server.log" if main else f"server.{dist.rank()}.log"))
     summary = {"config": dataclasses.asdict(cfg)}
     summary_path = os.path.join(cfg.out, "summary.json")
     if saved and os.path.exists(summary_path):
         summary = {**json.load(open(summary_path)), "config": dataclasses.asdict(cfg)}
     metrics_path = os.path.join(cfg.out, "metrics.jsonl")
     rollouts_dir = os.path.join(cfg.out, "rollouts")
-    if not saved:  # a fresh run: nothing of an earlier run in this folder may mix with it
+    if not main:
+        pass
+    elif not saved:  # a fresh run: nothing of an earlier run in this folder may mix with it
         for old in [metrics_path] + glob.glob(os.path.join(rollouts_dir, "step_*.jsonl")):
             if os.path.exists(old):
                 os.remove(old)
@@ -282,6 +303,7 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
         for old in glob.glob(os.path.join(rollouts_dir, "step_*.jsonl")):
             if int(os.path.basename(old)[5:-6]) > saved["step"]:
                 os.remove(old)
+    dist.barrier()  # the main process has trimmed metrics.jsonl: now every process may read it
     failed_steps = 0
     # the logged steps so far: the adaptive schedule replays its decisions from them
     history = [r for r in map(json.loads, open(metrics_path)) if r["step"] < start] if saved else []
@@ -289,34 +311,40 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
         if n_eval and start == 1:
             summary["eval_before"], episodes = evaluate(policy, pool, spec, test_tasks, cfg.eval_samples,
                                                         eval_turns, desc="eval before")
-            write_trajectories(os.path.join(cfg.out, "eval_before", "trajectories.jsonl"), episodes)
-            print(f"eval before: success {summary['eval_before']['success_rate']:.3f}"
-                  + (f" ({summary['eval_before']['errors']} episodes with environment errors left out)"
-                     if summary['eval_before']['errors'] else ""))
+            if main:
+                write_trajectories(os.path.join(cfg.out, "eval_before", "trajectories.jsonl"), episodes)
+                print(f"eval before: success {summary['eval_before']['success_rate']:.3f}"
+                      + (f" ({summary['eval_before']['errors']} episodes with environment errors left out)"
+                         if summary['eval_before']['errors'] else ""))
         probe = collect_states(pool, probe_tasks(cfg.probe_states)) if cfg.probe_every and cfg.env == "babyai" else []
         if probe and start == 1:
             summary["probe_before"] = binding(policy, probe).__dict__
-        bar = tqdm(range(start, cfg.steps + 1), desc=f"{cfg.algo} on {cfg.env}", initial=start - 1, total=cfg.steps)
+        bar = tqdm(range(start, cfg.steps + 1), desc=f"{cfg.algo} on {cfg.env}", initial=start - 1, total=cfg.steps,
+                   disable=not main)
         for step in bar:
             t0 = time.time()
             tm = {} if profile is not None else None  # this step's sections (timing.timed)
             horizon = schedule.horizon(step, history)
-            tasks = random.sample(train_tasks, cfg.tasks_per_step)
+            tasks = random.sample(train_tasks, cfg.tasks_per_step)  # the same on every process
+            mine = dist.shard(list(range(len(tasks))))  # this process's tasks: whole groups
             policy.model.eval()
             with timed(tm, "rollout"):
-                trajs = rollout(policy, pool, spec, [t for t in tasks for _ in range(cfg.group_size)], horizon,
-                                groups=[g for g in range(len(tasks)) for _ in range(cfg.group_size)],
+                trajs = rollout(policy, pool, spec, [tasks[g] for g in mine for _ in range(cfg.group_size)], horizon,
+                                groups=[g for g in mine for _ in range(cfg.group_size)],
                                 batch_size=cfg.generation_batch_size, timings=tm)
             t_roll = time.time() - t0
             episodes, trajs = trajs, usable(trajs, step)  # all of them (saved), those that train
-            n_errors = len(episodes) - len(trajs)
-            failed_steps = failed_steps + 1 if not trajs else 0
+            n_errors = dist.global_sum(len(episodes) - len(trajs))
+            # the processes update together: one with nothing to learn from skips the step for all
+            skip = dist.global_max(int(not trajs))
+            failed_steps = failed_steps + 1 if skip else 0
             if failed_steps >= MAX_FAILED_STEPS:
                 raise RuntimeError(f"every episode of the last {failed_steps} steps ended in an environment "
                                    f"error; is the environment server at {pool.url} working?")
-            if not trajs:  # nothing to learn from this step; the pool restarts a crashed server
+            if skip:  # nothing to learn from this step; the pool restarts a crashed server
                 history.append({"step": step, "horizon": horizon, "charts/env_errors": n_errors})
-                log_metrics(metrics_path, writer, history[-1])
+                if main:
+                    log_metrics(metrics_path, writer, history[-1])
                 continue
             with timed(tm, "make_batch"):
                 batch = make_batch(trajs, policy.tokenizer.pad_token_id)
@@ -327,38 +355,27 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
             with timed(tm, "advantages"), accelerator.autocast():  # an algorithm with a model of its own reads the batch here
                 algo.advantages(batch, cfg, state)
             policy.model.train()
-            stats: dict[str, list] = {}
-            for _ in range(cfg.epochs):
-                perm = torch.randperm(len(trajs))
-                for s in range(0, len(trajs), cfg.minibatch_size):
-                    rows = torch.isin(batch.traj, perm[s:s + cfg.minibatch_size]).nonzero().squeeze(-1)
-                    for _, opt in trained:
-                        opt.zero_grad()
-                    with timed(tm, "forward_backward"):
-                        st = accumulate_gradients(policy.model, batch.select(rows), algo, cfg, state, accelerator)
-                    with timed(tm, "optimizer"):
-                        for model, opt in trained:  # the policy, then the algorithm's own model
-                            accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-                            opt.step()
-                    for k, v in st.items():
-                        stats.setdefault(k, []).append(v)
-            for _, opt in trained:  # free the gradients before the next rollout
-                opt.zero_grad(set_to_none=True)
-            gen_tokens = int(batch.loss_mask.sum())
+            stats = update(forward, batch, len(trajs), algo, cfg, state, accelerator, trained, tm)
+            # every process's episodes (dist.gather: the same lists on all of them, so the adaptive
+            # schedule decides the same everywhere)
+            ep = dist.gather([(t.reward, t.success, t.turns, t.truncated, not t.done and t.turns >= horizon)
+                              for t in trajs])
+            gen_tokens = int(dist.global_sum(int(batch.loss_mask.sum())))
             m = {
                 "step": step, "horizon": horizon,
-                "charts/reward": float(np.mean([t.reward for t in trajs])),
-                "charts/success": float(np.mean([t.success for t in trajs])),
-                "charts/turns": float(np.mean([t.turns for t in trajs])),
-                "charts/truncated_replies": sum(t.truncated for t in trajs),
+                "charts/reward": float(np.mean([e[0] for e in ep])),
+                "charts/success": float(np.mean([e[1] for e in ep])),
+                "charts/turns": float(np.mean([e[2] for e in ep])),
+                "charts/truncated_replies": sum(e[3] for e in ep),
                 # episodes the horizon ended (the env had not said done): the adaptive schedule's signal
-                "charts/cut_share": float(np.mean([not t.done and t.turns >= horizon for t in trajs])),
+                "charts/cut_share": float(np.mean([e[4] for e in ep])),
                 "charts/tokens_per_s": gen_tokens / max(t_roll, 1e-9),
                 "charts/seconds_per_step": time.time() - t0,
                 "charts/env_errors": n_errors,  # episodes left out of this step's update
-                "perf/update_tokens_per_s": cfg.epochs * int(batch.attention_mask.sum()) / (time.time() - t_update),
-                "perf/peak_memory_gb": peak_memory_gb(device),
-                **{k: float(np.mean(v)) for k, v in stats.items()},
+                "perf/update_tokens_per_s": cfg.epochs * dist.global_sum(int(batch.attention_mask.sum()))
+                / (time.time() - t_update),
+                "perf/peak_memory_gb": dist.global_max(peak_memory_gb(device)),  # the largest process's
+                **stats,
             }
             if n_eval and cfg.eval_every and step % cfg.eval_every == 0 and step != cfg.steps:  # last: eval_after
                 ev, _ = evaluate(policy, pool, spec, test_tasks, cfg.eval_samples, eval_turns, desc="eval")
@@ -367,30 +384,36 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
                 summary["probe_after"] = binding(policy, probe).__dict__
                 m.update({f"probe/{k}": v for k, v in summary["probe_after"].items() if k != "n_states"})
             history.append(m)
-            log_metrics(metrics_path, writer, m)
+            if main:
+                log_metrics(metrics_path, writer, m)
             if cfg.save_rollouts_every and step % cfg.save_rollouts_every == 0:
-                write_trajectories(os.path.join(rollouts_dir, f"step_{step:06d}.jsonl"), episodes, step=step)
+                episodes = dist.gather(episodes)  # in task order
+                if main:
+                    write_trajectories(os.path.join(rollouts_dir, f"step_{step:06d}.jsonl"), episodes, step=step)
             bar.set_postfix(h=horizon, succ=f"{m['charts/success']:.2f}", turns=f"{m['charts/turns']:.1f}")
             if step % cfg.save_every == 0 or step == cfg.steps:
                 with timed(tm, "checkpoint"):
-                    save_checkpoint(cfg, accelerator, policy, optimizer, step, ref_path, state)
+                    save_checkpoint(cfg, accelerator, policy, forward, optimizer, step, ref_path, state)
             if profile is not None:
                 profile.append({"step": step, "horizon": horizon, "episodes": len(trajs),
                                 "agent_tokens": gen_tokens, "total": time.time() - t0, **tm})
         if n_eval:
             summary["eval_after"], episodes = evaluate(policy, pool, spec, test_tasks, cfg.eval_samples,
                                                        eval_turns, desc="eval after")
-            write_trajectories(os.path.join(cfg.out, "eval_after", "trajectories.jsonl"), episodes)
-            print(f"eval before: success {summary.get('eval_before', {}).get('success_rate', float('nan')):.3f}"
-                  f"  after: success {summary['eval_after']['success_rate']:.3f}")
+            if main:
+                write_trajectories(os.path.join(cfg.out, "eval_after", "trajectories.jsonl"), episodes)
+                print(f"eval before: success {summary.get('eval_before', {}).get('success_rate', float('nan')):.3f}"
+                      f"  after: success {summary['eval_after']['success_rate']:.3f}")
     finally:
         close_pool(pool)
         if writer:
             writer.close()
-    with open(summary_path, "w") as f:
-        json.dump(summary, f, indent=2)
-    plot_curves(metrics_path, os.path.join(cfg.out, "curves.png"))
-    print("report:", view.write_report([cfg.out], os.path.join(cfg.out, "report.html")))
+    if main:
+        with open(summary_path, "w") as f:
+            json.dump(summary, f, indent=2)
+        plot_curves(metrics_path, os.path.join(cfg.out, "curves.png"))
+        print("report:", view.write_report([cfg.out], os.path.join(cfg.out, "report.html")))
+    dist.barrier()  # no process returns before the files are written
     return summary
 
 
@@ -409,26 +432,66 @@ def micro_batches(mb, size: int):
     return [mb.select(torch.arange(s, min(s + size, len(mb)))).trim() for s in range(0, len(mb), size)]
 
 
-def accumulate_gradients(model, mb, algo, cfg, state, accelerator) -> dict:
-    """Backward of the algorithm's loss on minibatch `mb`, one micro-batch at a time.
+def update(forward, batch, n_trajs: int, algo, cfg, state, accelerator, trained, tm=None) -> dict:
+    """`cfg.epochs` passes over the rollout batch (`n_trajs` trajectories on this process), each in
+    minibatches: clipped-ratio steps of every (model, optimizer) in `trained`. With N processes a
+    minibatch is every process's share of it (each process cuts its batch into the same number of
+    parts) and DDP averages the gradients. Returns the mean of each minibatch's (global) stats."""
+    n_minibatches = max(1, math.ceil(dist.global_sum(n_trajs) / cfg.minibatch_size))  # the same on every process
+    filler = batch.select(torch.arange(1)).trim()  # a weight-0 pass for a process with nothing in a minibatch
+    stats: dict[str, list] = {}
+    for _ in range(cfg.epochs):
+        for part in torch.randperm(n_trajs).tensor_split(n_minibatches):
+            rows = torch.isin(batch.traj, part).nonzero().squeeze(-1)
+            for _, opt in trained:
+                opt.zero_grad()
+            with timed(tm, "forward_backward"):
+                st = accumulate_gradients(forward, batch.select(rows), algo, cfg, state, accelerator, filler)
+            with timed(tm, "optimizer"):
+                for model, opt in trained:  # the policy, then the algorithm's own model
+                    accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+                    opt.step()
+            for k, v in st.items():
+                stats.setdefault(k, []).append(v)
+    for _, opt in trained:  # free the gradients before the next rollout
+        opt.zero_grad(set_to_none=True)
+    return {k: float(np.mean(v)) for k, v in stats.items()}
+
+
+def accumulate_gradients(forward, mb, algo, cfg, state, accelerator, filler=None) -> dict:
+    """Backward of the algorithm's loss on minibatch `mb`, one micro-batch at a time. `forward`:
+    the policy, or its `logprobs.LogprobForward` as Accelerate prepared it (DDP, FSDP).
 
     Every term of the loss is a token-mean over the minibatch's agent tokens, so the loss of micro-
     batch i, weighted by its share n_i / n of those tokens, sums to the minibatch's loss, and the
-    accumulated gradients are the minibatch's (tests/test_train.py checks this to float tolerance).
-    Only one micro-batch's activations are alive at a time. Returns the minibatch's stats."""
-    n = mb.loss_mask.sum()
+    accumulated gradients are the minibatch's (tests/test_micro_batches.py checks this to float
+    tolerance). Only one micro-batch's activations are alive at a time.
+
+    With N processes n counts every process's tokens (dist.global_sum) and DDP averages the
+    gradients, dividing by N: each backward is scaled by N * n_i / n, so the step is the token mean
+    over the global minibatch however unequally the tokens fall (tests/test_distributed.py). Every
+    process runs the same number of passes (DDP and FSDP communicate in each): one with fewer
+    micro-batches repeats `filler` (default: its last micro-batch) at weight 0, and only the last
+    pass averages the gradients (no_sync before). Returns the global minibatch's stats."""
+    n = dist.global_sum(float(mb.loss_mask.sum()))
+    micros = micro_batches(mb, cfg.micro_batch_size) if len(mb) else []
+    passes = [(m, float(m.loss_mask.sum()) / n if n > 0 else 0.0) for m in micros]
+    passes += [(filler or micros[-1], 0.0)] * (dist.global_max(len(passes)) - len(passes))
+    models = [forward] + ([state.model] if state is not None else [])
     stats: dict[str, float] = {}
-    for micro in micro_batches(mb, cfg.micro_batch_size):
-        w = float(micro.loss_mask.sum() / n) if n > 0 else 1.0
-        if w == 0.0:
-            continue  # no agent token: contributes nothing
-        with accelerator.autocast():
-            logp, ent = token_logprobs(model, micro, cfg.temperature, with_entropy=True)
-            loss, st = algo.loss(logp, ent, micro, cfg, state)
-        accelerator.backward(loss * w)
+    for i, (micro, w) in enumerate(passes):
+        with contextlib.ExitStack() as no_sync:
+            if i < len(passes) - 1:  # accumulate locally; the last backward averages over the processes
+                for model in models:
+                    no_sync.enter_context(accelerator.no_sync(model))
+            with accelerator.autocast():
+                logp, ent = token_logprobs(forward, micro, cfg.temperature, with_entropy=True)
+                loss, st = algo.loss(logp, ent, micro, cfg, state)
+            accelerator.backward(loss * w * dist.world())
         for k, v in {**st, "losses/loss": loss.item()}.items():
             stats[k] = stats.get(k, 0.0) + w * v
-    return stats
+    keys = sorted(stats)  # the same on every process
+    return dict(zip(keys, dist.global_sum(torch.tensor([stats[k] for k in keys], dtype=torch.float64)).tolist()))
 
 
 @torch.no_grad()
@@ -459,23 +522,31 @@ def peak_memory_gb(device: str) -> float:
         return float("nan")
 
 
-def save_checkpoint(cfg, accelerator, policy, optimizer, step, ref_path, state=None):
+def save_checkpoint(cfg, accelerator, policy, forward, optimizer, step, ref_path, state=None):
     """Write <out>/checkpoint.tmp completely, then rename it to <out>/checkpoint, the previous
-    checkpoint becoming <out>/checkpoint.prev: a kill at any moment leaves a complete checkpoint."""
-    final = os.path.join(cfg.out, "checkpoint")
-    tmp, prev = final + ".tmp", final + ".prev"
-    shutil.rmtree(tmp, ignore_errors=True)  # a half-written one from a killed run
-    os.makedirs(tmp)
-    accelerator.unwrap_model(policy.model).save_pretrained(tmp)
-    policy.tokenizer.save_pretrained(tmp)
-    if state is not None:  # the algorithm's own model and optimizer (PPO's critic)
-        save_state(state, tmp, accelerator.unwrap_model)
-    torch.save({"step": step, "optimizer": optimizer.state_dict(), "rng": rng_state(),
-                "ref_path": ref_path, "config": dataclasses.asdict(cfg)}, os.path.join(tmp, "state.pt"))
-    if os.path.isdir(final):
-        shutil.rmtree(prev, ignore_errors=True)
-        os.replace(final, prev)
-    os.replace(tmp, final)
+    checkpoint becoming <out>/checkpoint.prev: a kill at any moment leaves a complete checkpoint.
+    Every process calls it (the weights are gathered under FSDP, and each process's RNG state is
+    kept so that --resume with as many processes continues every stream); the main one writes."""
+    weights = None  # DDP: every process holds the whole model, policy.model saves itself
+    if accelerator.distributed_type == DistributedType.FSDP:  # gathered from the shards (LogprobForward's names)
+        weights = {k.removeprefix("model."): v for k, v in accelerator.get_state_dict(forward).items()}
+    rngs = dist.gather([rng_state()])
+    if accelerator.is_main_process:
+        final = os.path.join(cfg.out, "checkpoint")
+        tmp, prev = final + ".tmp", final + ".prev"
+        shutil.rmtree(tmp, ignore_errors=True)  # a half-written one from a killed run
+        os.makedirs(tmp)
+        policy.model.save_pretrained(tmp, state_dict=weights)
+        policy.tokenizer.save_pretrained(tmp)
+        if state is not None:  # the algorithm's own model and optimizer (PPO's critic)
+            save_state(state, tmp, accelerator.unwrap_model)
+        torch.save({"step": step, "optimizer": optimizer.state_dict(), "rng": rngs if len(rngs) > 1 else rngs[0],
+                    "ref_path": ref_path, "config": dataclasses.asdict(cfg)}, os.path.join(tmp, "state.pt"))
+        if os.path.isdir(final):
+            shutil.rmtree(prev, ignore_errors=True)
+            os.replace(final, prev)
+        os.replace(tmp, final)
+    dist.barrier()
 
 
 def checkpoint_folder(path: str) -> str:
