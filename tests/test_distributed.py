@@ -1,0 +1,90 @@
+"""Several processes, one run (dist.py, `accelerate launch`), on this CPU machine: two gloo
+processes started the way a user starts them. N processes roll out N shares of the step and make
+one update: the same advantages and the same parameter change as one process holding every
+trajectory, and one set of files."""
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+
+import psutil
+import torch
+
+import dist
+from envs import free_port
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests"))
+
+import distributed_update  # noqa: E402
+
+
+def launch(script: str, *args: str, marker: str = "") -> subprocess.CompletedProcess:
+    """`accelerate launch` with 2 CPU processes: --multi_gpu is the form that starts two (gloo;
+    `--cpu --num_processes 2` starts one); a free port, so that parallel runs do not collide."""
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+           "--main_process_port", str(free_port()), script, *args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "AGENTGYM_TEST_MARKER": marker}
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+def test_shares_are_contiguous_cover_the_list_and_one_process_is_the_identity():
+    items = list(range(7))
+    shares = [dist.shard(items, r, 3) for r in range(3)]
+    assert shares == [[0, 1, 2], [3, 4], [5, 6]]
+    assert dist.shard(items) == items and dist.gather(items) == items  # one process: no-ops
+    assert dist.global_sum(2.5) == 2.5 and dist.process_seed(7) == 7
+    assert len({dist.process_seed(7, r) for r in range(4)}) == 4
+
+
+def test_two_processes_give_the_same_advantages_and_update_as_one(tmp_path):
+    launch(os.path.join("tests", "distributed_update.py"), str(tmp_path))
+    parts = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1)]
+    assert [p["world"] for p in parts] == [2, 2]
+    for name in distributed_update.ALGOS_CHECKED:
+        one = distributed_update.run(name)  # here: one process, every trajectory
+        # each process held whole groups, different ones, and together all of them
+        g0, g1 = parts[0][name]["groups"], parts[1][name]["groups"]
+        assert not set(g0) & set(g1) and g0 + g1 == one["groups"]
+        adv = parts[0][name]["advantages"] + parts[1][name]["advantages"]
+        assert [len(a) for a in adv] == [len(a) for a in one["advantages"]]
+        for a, b in zip(adv, one["advantages"]):  # REINFORCE++ and PPO whiten over the global batch
+            assert torch.allclose(torch.tensor(a), torch.tensor(b), atol=1e-5), name
+        for p in parts:  # the update: the token mean over the global batch, on both processes
+            for d, ref in zip(p[name]["delta"], one["delta"]):
+                assert torch.allclose(d, ref, rtol=1e-4, atol=1e-6), name
+        assert max(d.abs().max() for d in one["delta"]) > 1e-3  # there was an update to compare
+
+
+def test_a_two_process_training_run_writes_one_set_of_files_and_leaves_no_server(tmp_path):
+    marker = uuid.uuid4().hex  # in the environment of every process the run starts
+    launch("train.py", "--steps", "2", "--tasks-per-step", "2", "--group-size", "2", "--minibatch-size", "2",
+           "--eval-episodes", "4", "--rounds", "2,3", "--steps-per-stage", "1", "--save-every", "1",
+           "--save-rollouts-every", "1", "--out", str(tmp_path), marker=marker)
+    rows = [json.loads(x) for x in open(tmp_path / "metrics.jsonl")]
+    assert [r["step"] for r in rows] == [1, 2]  # one writer
+    for step in (1, 2):  # the step's rollouts: both processes' episodes, gathered in task order
+        eps = [json.loads(x) for x in open(tmp_path / "rollouts" / f"step_{step:06d}.jsonl")]
+        tasks = [e["task"] for e in eps]
+        assert len(eps) == 4 and tasks[0] == tasks[1] and tasks[2] == tasks[3] and tasks[0] != tasks[2]
+    for name in ("eval_before", "eval_after"):  # the test tasks shared out, every episode gathered
+        assert len(open(tmp_path / name / "trajectories.jsonl").readlines()) == 4
+    summary = json.load(open(tmp_path / "summary.json"))
+    assert {"eval_before", "eval_after"} <= set(summary)
+    saved = torch.load(tmp_path / "checkpoint" / "state.pt", weights_only=False)
+    assert saved["step"] == 2 and len(saved["rng"]) == 2  # each process's sampling stream
+    assert os.path.exists(tmp_path / "server.log") and os.path.exists(tmp_path / "server.1.log")  # a server each
+    left = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get("AGENTGYM_TEST_MARKER") == marker:
+                left.append(p.cmdline())
+        except psutil.Error:
+            pass
+    assert not left
+
