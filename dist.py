@@ -12,11 +12,14 @@ identity when there is one process, so train.py reads the same either way:
     gather(items)           every process's list, concatenated in process order (= the order of
                             the list that `shard` split: gather(shard(xs)) == xs)
     process_seed(seed)      the seed of this process's sampling stream
+    full_weights(model)     FSDP: the whole weights on every process while it generates
 
 Statistics over the whole batch (REINFORCE++'s and PPO's whitening, the loss's token mean) need
 only sums and counts: each process sums its part, `global_sum` adds the parts, so N processes get
 the same numbers as one process holding the whole batch (to float rounding).
 """
+
+import contextlib
 
 import torch
 import torch.distributed as tdist
@@ -97,3 +100,20 @@ def process_seed(seed: int, r: int | None = None) -> int:
     samples what it always did), a different stream for each other process."""
     r = rank() if r is None else r
     return seed + 1_000_003 * r
+
+
+@contextlib.contextmanager
+def full_weights(model):
+    """Under FSDP (accelerate/fsdp_7b.yaml) each process holds 1/N of every weight, and a wrapped
+    layer all-gathers its weights in each forward: a collective, so every process would have to run
+    the same number of forwards, which generation does not (episodes end when they end). Here the
+    whole weights are gathered once (FSDP's summon_full_params, read-only) so that generation runs
+    on them with no collective, and freed after. `model`: what Accelerate prepared; anything else
+    than FSDP: nothing to do."""
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    if isinstance(model, FSDP):
+        with FSDP.summon_full_params(model, writeback=False):
+            yield
+    else:
+        yield

@@ -257,7 +257,8 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
     trained = [(forward, optimizer)] + ([(state.model, state.optimizer)] if state else [])
     start = 1
     if saved:
-        optimizer.load_state_dict(saved["optimizer"])
+        if saved["optimizer"] is not None:  # (None: saved under FSDP)
+            optimizer.load_state_dict(saved["optimizer"])
         if state is not None:
             load_state(state, cfg.resume, accelerator.unwrap_model)
         rngs = saved["rng"] if isinstance(saved["rng"], list) else [saved["rng"]]
@@ -309,8 +310,9 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
     history = [r for r in map(json.loads, open(metrics_path)) if r["step"] < start] if saved else []
     try:
         if n_eval and start == 1:
-            summary["eval_before"], episodes = evaluate(policy, pool, spec, test_tasks, cfg.eval_samples,
-                                                        eval_turns, desc="eval before")
+            with dist.full_weights(forward):  # FSDP: generation needs the whole weights
+                summary["eval_before"], episodes = evaluate(policy, pool, spec, test_tasks, cfg.eval_samples,
+                                                            eval_turns, desc="eval before")
             if main:
                 write_trajectories(os.path.join(cfg.out, "eval_before", "trajectories.jsonl"), episodes)
                 print(f"eval before: success {summary['eval_before']['success_rate']:.3f}"
@@ -318,7 +320,8 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
                          if summary['eval_before']['errors'] else ""))
         probe = collect_states(pool, probe_tasks(cfg.probe_states)) if cfg.probe_every and cfg.env == "babyai" else []
         if probe and start == 1:
-            summary["probe_before"] = binding(policy, probe).__dict__
+            with dist.full_weights(forward):
+                summary["probe_before"] = binding(policy, probe).__dict__
         bar = tqdm(range(start, cfg.steps + 1), desc=f"{cfg.algo} on {cfg.env}", initial=start - 1, total=cfg.steps,
                    disable=not main)
         for step in bar:
@@ -328,7 +331,7 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
             tasks = random.sample(train_tasks, cfg.tasks_per_step)  # the same on every process
             mine = dist.shard(list(range(len(tasks))))  # this process's tasks: whole groups
             policy.model.eval()
-            with timed(tm, "rollout"):
+            with timed(tm, "rollout"), dist.full_weights(forward):
                 trajs = rollout(policy, pool, spec, [tasks[g] for g in mine for _ in range(cfg.group_size)], horizon,
                                 groups=[g for g in mine for _ in range(cfg.group_size)],
                                 batch_size=cfg.generation_batch_size, timings=tm)
@@ -350,7 +353,8 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
                 batch = make_batch(trajs, policy.tokenizer.pad_token_id)
             t_update = time.time()
             if cfg.kl_coef:
-                with timed(tm, "reference"), accelerator.autocast(), lora.reference(policy.model):
+                with timed(tm, "reference"), accelerator.autocast(), lora.reference(policy.model), \
+                        dist.full_weights(forward):
                     batch.ref_logprobs = reference_logprobs(ref_model or policy.model, batch, cfg)
             with timed(tm, "advantages"), accelerator.autocast():  # an algorithm with a model of its own reads the batch here
                 algo.advantages(batch, cfg, state)
@@ -378,10 +382,12 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
                 **stats,
             }
             if n_eval and cfg.eval_every and step % cfg.eval_every == 0 and step != cfg.steps:  # last: eval_after
-                ev, _ = evaluate(policy, pool, spec, test_tasks, cfg.eval_samples, eval_turns, desc="eval")
+                with dist.full_weights(forward):
+                    ev, _ = evaluate(policy, pool, spec, test_tasks, cfg.eval_samples, eval_turns, desc="eval")
                 m["eval/success"], m["eval/turns"] = ev["success_rate"], ev["avg_turns"]
             if probe and (step % cfg.probe_every == 0 or step in (1, cfg.steps)):
-                summary["probe_after"] = binding(policy, probe).__dict__
+                with dist.full_weights(forward):
+                    summary["probe_after"] = binding(policy, probe).__dict__
                 m.update({f"probe/{k}": v for k, v in summary["probe_after"].items() if k != "n_states"})
             history.append(m)
             if main:
@@ -398,8 +404,9 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
                 profile.append({"step": step, "horizon": horizon, "episodes": len(trajs),
                                 "agent_tokens": gen_tokens, "total": time.time() - t0, **tm})
         if n_eval:
-            summary["eval_after"], episodes = evaluate(policy, pool, spec, test_tasks, cfg.eval_samples,
-                                                       eval_turns, desc="eval after")
+            with dist.full_weights(forward):
+                summary["eval_after"], episodes = evaluate(policy, pool, spec, test_tasks, cfg.eval_samples,
+                                                           eval_turns, desc="eval after")
             if main:
                 write_trajectories(os.path.join(cfg.out, "eval_after", "trajectories.jsonl"), episodes)
                 print(f"eval before: success {summary.get('eval_before', {}).get('success_rate', float('nan')):.3f}"
@@ -528,7 +535,8 @@ def save_checkpoint(cfg, accelerator, policy, forward, optimizer, step, ref_path
     Every process calls it (the weights are gathered under FSDP, and each process's RNG state is
     kept so that --resume with as many processes continues every stream); the main one writes."""
     weights = None  # DDP: every process holds the whole model, policy.model saves itself
-    if accelerator.distributed_type == DistributedType.FSDP:  # gathered from the shards (LogprobForward's names)
+    fsdp = accelerator.distributed_type == DistributedType.FSDP
+    if fsdp:  # gathered from the shards (LogprobForward's names)
         weights = {k.removeprefix("model."): v for k, v in accelerator.get_state_dict(forward).items()}
     rngs = dist.gather([rng_state()])
     if accelerator.is_main_process:
@@ -540,7 +548,8 @@ def save_checkpoint(cfg, accelerator, policy, forward, optimizer, step, ref_path
         policy.tokenizer.save_pretrained(tmp)
         if state is not None:  # the algorithm's own model and optimizer (PPO's critic)
             save_state(state, tmp, accelerator.unwrap_model)
-        torch.save({"step": step, "optimizer": optimizer.state_dict(), "rng": rngs if len(rngs) > 1 else rngs[0],
+        # FSDP: each process holds its shard of AdamW's state; not saved (--resume starts it afresh)
+        torch.save({"step": step, "optimizer": None if fsdp else optimizer.state_dict(), "rng": rngs if len(rngs) > 1 else rngs[0],
                     "ref_path": ref_path, "config": dataclasses.asdict(cfg)}, os.path.join(tmp, "state.pt"))
         if os.path.isdir(final):
             shutil.rmtree(prev, ignore_errors=True)

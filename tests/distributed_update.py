@@ -87,8 +87,35 @@ def run(algo_name: str) -> dict:
     return {"groups": [t.group for t in trajs], "advantages": adv, "delta": [a - b for a, b in zip(after, before)]}
 
 
+def fsdp_generation() -> list[int]:
+    """FSDP (1, as accelerate/fsdp_7b.yaml asks; torch's FSDP directly, as Accelerate enables FSDP
+    on GPUs only): generate under dist.full_weights, process r for 3 + 10 r new tokens (different
+    numbers of forwards: no collective may happen inside), then forward and backward through the
+    sharded LogprobForward, then generate again. Returns the generated lengths."""
+    import functools
+
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer
+
+    model = small_model()
+    wrapped = FSDP(LogprobForward(model), use_orig_params=True, device_id=torch.device("cpu"),
+                   auto_wrap_policy=functools.partial(transformer_auto_wrap_policy,
+                                                      transformer_layer_cls={Qwen2DecoderLayer}))
+    assert isinstance(model.model.layers[0], FSDP)  # the policy's layers are sharded
+    ids, n = torch.randint(0, V, (1, 6), generator=torch.Generator().manual_seed(0)), 3 + 10 * dist.rank()
+    lengths = []
+    for _ in range(2):
+        with dist.full_weights(wrapped), torch.no_grad():
+            lengths.append(model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False).shape[1])
+        logp, _ = wrapped(ids, torch.ones_like(ids), torch.tensor([0, 0]), torch.tensor([2, 3]))
+        logp.sum().backward()
+    return lengths
+
+
 if __name__ == "__main__":
     out = sys.argv[1]
     results = {name: run(name) for name in ALGOS_CHECKED}
     results["world"] = dist.world()
+    results["fsdp_lengths"] = fsdp_generation()
     torch.save(results, os.path.join(out, f"rank{dist.rank()}.pt"))

@@ -59,6 +59,9 @@ def test_two_processes_give_the_same_advantages_and_update_as_one(tmp_path):
             for d, ref in zip(p[name]["delta"], one["delta"]):
                 assert torch.allclose(d, ref, rtol=1e-4, atol=1e-6), name
         assert max(d.abs().max() for d in one["delta"]) > 1e-3  # there was an update to compare
+    # FSDP: each process generated a different number of tokens on the gathered weights (no
+    # collective inside generation), and trained through the sharded forward, twice
+    assert [p["fsdp_lengths"] for p in parts] == [[9, 9], [19, 19]]
 
 
 def test_a_two_process_training_run_writes_one_set_of_files_and_leaves_no_server(tmp_path):
