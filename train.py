@@ -17,6 +17,10 @@ episodes to <out>/eval_before/ and <out>/eval_after/, and at the end <out>/repor
 learning curves, the episodes, which test tasks flipped; `--save-rollouts-every N` adds every
 Nth step's rollouts, <out>/rollouts/step_N.jsonl).
 
+Several GPUs or machines: `accelerate launch --multi_gpu --num_processes N train.py ...` runs N
+processes that each roll out 1/N of the step's tasks and make one update together (DDP), with the
+distributed plumbing in dist.py (README, "More than one GPU / more than one machine").
+
 Faults: an episode that ended in an environment error (a crashed server, a time-out) has no
 outcome the policy earned, so it is left out of the update, counted (`charts/env_errors`) and
 warned about; MAX_FAILED_STEPS steps in a row with no usable episode stop the run. A `--url` that

@@ -91,3 +91,14 @@ def test_a_two_process_training_run_writes_one_set_of_files_and_leaves_no_server
             pass
     assert not left
 
+
+
+def test_the_fsdp_config_is_fsdp_1_wrapping_the_qwen2_layer_with_original_parameters():
+    from accelerate.commands.config.config_args import load_config_from_file
+    from transformers.models.qwen2 import modeling_qwen2
+
+    cfg = load_config_from_file(os.path.join(ROOT, "accelerate_configs", "fsdp_7b.yaml"))
+    fsdp = cfg.fsdp_config
+    assert str(cfg.distributed_type).endswith("FSDP") and fsdp["fsdp_version"] == 1  # dist.full_weights: FSDP 1
+    assert fsdp["fsdp_use_orig_params"] and fsdp["fsdp_auto_wrap_policy"] == "TRANSFORMER_BASED_WRAP"
+    assert hasattr(modeling_qwen2, fsdp["fsdp_transformer_layer_cls_to_wrap"])
