@@ -104,7 +104,7 @@ def process_seed(seed: int, r: int | None = None) -> int:
 
 @contextlib.contextmanager
 def full_weights(model):
-    """Under FSDP (accelerate/fsdp_7b.yaml) each process holds 1/N of every weight, and a wrapped
+    """Under FSDP (accelerate_configs/fsdp_7b.yaml) each process holds 1/N of every weight, and a wrapped
     layer all-gathers its weights in each forward: a collective, so every process would have to run
     the same number of forwards, which generation does not (episodes end when they end). Here the
     whole weights are gathered once (FSDP's summon_full_params, read-only) so that generation runs
