@@ -88,7 +88,7 @@ def run(algo_name: str) -> dict:
 
 
 def fsdp_generation() -> list[int]:
-    """FSDP (1, as accelerate/fsdp_7b.yaml asks; torch's FSDP directly, as Accelerate enables FSDP
+    """FSDP (1, as accelerate_configs/fsdp_7b.yaml asks; torch's FSDP directly, as Accelerate enables FSDP
     on GPUs only): generate under dist.full_weights, process r for 3 + 10 r new tokens (different
     numbers of forwards: no collective may happen inside), then forward and backward through the
     sharded LogprobForward, then generate again. Returns the generated lengths."""
