@@ -54,7 +54,7 @@ def hostile(url: str, iid: int, rng: random.Random) -> requests.Response:
     if kind == 1:
         return post("/reset", f'{{"id": {iid}, "data_idx": NaN}}')
     if kind == 2:
-        return post("/step", f'{{"id": true, "action": "x"}}')
+        return post("/step", '{"id": true, "action": "x"}')
     if kind == 3:
         return post("/step", b"[" * 20_000 + b"]" * 20_000)
     if kind == 4:

@@ -3,13 +3,11 @@ checkpoint is being written, and the pool's dropped instances."""
 
 import json
 import os
-import time
 
 import pytest
 import requests
 import torch
 
-import envs
 import train as train_module
 from envs import EnvPool, EnvServer, free_port
 from train import Config, checkpoint_folder, train
