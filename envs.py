@@ -12,8 +12,11 @@ environment code never blocks or crashes the learner.
                 dialect of AgentGym's client for the environment (every server here accepts it),
                 and every answer read into one shape: AgentGym's answers lack `available_actions`,
                 so they are read from the observation text where it lists them.
-    EnvPool     many instances stepped concurrently: one HTTP round trip per live episode per
-                turn, all in flight at once on a thread pool. A failed request ends that episode
+    EnvPool     many instances stepped together: where the server offers `/reset_batch` and
+                `/step_batch` (every server here), one HTTP round trip per turn for the whole batch;
+                otherwise (AgentGym's servers) one round trip per live episode per turn, all in
+                flight at once on a thread pool. Connections are kept alive either way (one
+                `requests.Session` per client). A failed request or batch item ends that episode
                 with `error` set (the trainer leaves such episodes out); the instance it drops is
                 closed on the server, so that failures never leak instances (JVMs, browsers).
     open_pool   a pool on a fresh local server, or on `--url` after checking that it answers.
@@ -470,14 +473,20 @@ class EnvClient:
         out = self._post("/create", body)
         return out if isinstance(out, int) else out.get("id", out.get("env_idx"))  # bare: Deep Search
 
-    def reset(self, iid: int, data_idx: int) -> dict:
+    def reset_body(self, iid: int, data_idx: int) -> dict:
         task_key = self.spec.task_key if self.spec else "data_idx"
         extra = self.spec.reset_extra if self.spec else {}
+        return {self.key: iid, task_key: data_idx, **extra}
+
+    def step_body(self, iid: int, action: str) -> dict:
+        return {self.key: iid, "action": action}
+
+    def reset(self, iid: int, data_idx: int) -> dict:
         self.episode_actions = None
-        return self._read(self._post("/reset", {self.key: iid, task_key: data_idx, **extra}), at_reset=True)
+        return self._read(self._post("/reset", self.reset_body(iid, data_idx)), at_reset=True)
 
     def step(self, iid: int, action: str) -> dict:
-        return self._read(self._post("/step", {self.key: iid, "action": action}))
+        return self._read(self._post("/step", self.step_body(iid, action)))
 
     def observation(self, iid: int):
         r = self.session.get(self.url + "/observation", params={self.key: iid}, timeout=self.timeout)
@@ -498,29 +507,72 @@ class EnvPool:
     `url` is a running server (ours or AgentGym's); or give `server`, an `EnvServer` the pool may
     restart when it crashed. A request that fails ends that episode (done, reward 0, `error` set)
     instead of the whole batch; the instance is created afresh at its next reset.
+
+    `batched`: True sends each turn's resets and steps as one `/reset_batch` or `/step_batch`
+    request, False one request per instance; None (the default) asks the server once, at the first
+    reset, whether it has the batch endpoints (an empty batch: `[]` back, or AgentGym's 404).
     """
 
     def __init__(self, url: str | None = None, size: int = 1, server: EnvServer | None = None,
-                 timeout: float = 60.0, spec: EnvSpec | None = None, create: dict | None = None):
-        self.server = server
+                 timeout: float = 60.0, spec: EnvSpec | None = None, create: dict | None = None,
+                 batched: bool | None = None):
+        self.server, self.batched = server, batched
         self.url = url or server.url
         self.timeout, self.create_body = timeout, {**(spec.extra_create if spec else {}), **(create or {})}
         self.clients = [EnvClient(self.url, timeout, spec) for _ in range(size)]  # one session each
         self.ids: list[int | None] = [None] * size
         self.executor = ThreadPoolExecutor(max_workers=min(64, max(1, size)))
+        self.session = requests.Session()  # the batch requests' keep-alive connection
 
     def __len__(self):
         return len(self.clients)
+
+    def _failed(self, slot: int, e) -> dict:
+        """End this slot's episode with an error; drop its instance (recreated at the next reset)
+        and free it on the server (if it is still there)."""
+        dropped, self.ids[slot] = self.ids[slot], None
+        if dropped is not None:
+            self.clients[slot].close(dropped, timeout=5.0)
+        return {"observation": f"[environment error: {e}]", "reward": 0.0, "score": 0.0,
+                "done": True, "error": str(e)}
 
     def _call(self, slot: int, fn: Callable[[], dict]) -> dict:
         try:
             return fn()
         except (requests.RequestException, RuntimeError, ValueError) as e:
-            dropped, self.ids[slot] = self.ids[slot], None  # recreate at the next reset ...
-            if dropped is not None:  # ... and free this one on the server (if it is still there)
-                self.clients[slot].close(dropped, timeout=5.0)
-            return {"observation": f"[environment error: {e}]", "reward": 0.0, "score": 0.0,
-                    "done": True, "error": str(e)}
+            return self._failed(slot, e)
+
+    def has_batch_endpoints(self) -> bool:
+        """Whether the server answers `/reset_batch` (asked once: an empty batch)."""
+        if self.batched is None:
+            try:
+                r = self.session.post(self.url + "/reset_batch", json=[], timeout=self.timeout)
+                self.batched = r.status_code == 200 and r.json() == []
+            except (requests.RequestException, ValueError):
+                self.batched = False
+        return self.batched
+
+    def _batch(self, path: str, slots: list[int], bodies: list[dict], at_reset: bool = False) -> list[dict]:
+        """One request for all `slots`; each answer read by its slot's client, in order."""
+        try:
+            r = self.session.post(self.url + path, json=bodies, timeout=self.timeout)
+            if r.status_code >= 400:
+                raise RuntimeError(f"POST {path} -> {r.status_code}: {r.text[:500]}")
+            answers = r.json()
+            if not isinstance(answers, list) or len(answers) != len(bodies):
+                raise RuntimeError(f"POST {path}: expected a list of {len(bodies)} answers")
+        except (requests.RequestException, RuntimeError, ValueError) as e:
+            return [self._failed(slot, e) for slot in slots]
+        out = []
+        for slot, a in zip(slots, answers):
+            if isinstance(a, dict) and "error" in a and "observation" not in a:
+                out.append(self._failed(slot, RuntimeError(f"POST {path} -> {a.get('status')}: {a['error']}")))
+                continue
+            client = self.clients[slot]
+            if at_reset:
+                client.episode_actions = None
+            out.append(client._read(a, at_reset))
+        return out
 
     def _reset_one(self, slot: int, data_idx: int) -> dict:
         client = self.clients[slot]
@@ -532,10 +584,29 @@ class EnvPool:
         if self.server is not None and not self.server.alive():
             self.server.restart()  # a crashed server: start it again, instances are gone with it
             self.ids = [None] * len(self.ids)
-        return list(self.executor.map(
-            lambda sd: self._call(sd[0], lambda: self._reset_one(*sd)), zip(slots, data_idxs)))
+        if not self.has_batch_endpoints():
+            return list(self.executor.map(
+                lambda sd: self._call(sd[0], lambda: self._reset_one(*sd)), zip(slots, data_idxs)))
+        missing = [s for s in slots if self.ids[s] is None]  # creates stay one request each
+        failed = dict(zip(missing, self.executor.map(lambda s: self._call(s, lambda: self._create(s)), missing)))
+        out: dict[int, dict] = {s: r for s, r in failed.items() if r is not None}
+        todo = [(s, d) for s, d in zip(slots, data_idxs) if s not in out]
+        answers = self._batch("/reset_batch", [s for s, _ in todo],
+                              [self.clients[s].reset_body(self.ids[s], d) for s, d in todo], at_reset=True)
+        out.update(zip([s for s, _ in todo], answers))
+        return [out[s] for s in slots]
+
+    def _create(self, slot: int) -> None:
+        self.ids[slot] = self.clients[slot].create(**self.create_body)
 
     def step(self, slots: list[int], actions: list[str]) -> list[dict]:
+        if self.has_batch_endpoints():
+            out = {s: self._failed(s, RuntimeError("no instance: reset first")) for s in slots if self.ids[s] is None}
+            todo = [(s, a) for s, a in zip(slots, actions) if s not in out]  # (a None id would fail them all)
+            answers = self._batch("/step_batch", [s for s, _ in todo],
+                                  [self.clients[s].step_body(self.ids[s], a) for s, a in todo])
+            out.update(zip([s for s, _ in todo], answers))
+            return [out[s] for s in slots]
         return list(self.executor.map(
             lambda sa: self._call(sa[0], lambda: self.clients[sa[0]].step(self.ids[sa[0]], sa[1])),
             zip(slots, actions)))

@@ -48,6 +48,11 @@ Strictness (decided here, once, for every server; AgentGym's own pydantic models
   * every string in a body must be valid Unicode (a lone surrogate such as "\\ud800" is a 422),
     an action at most MAX_ACTION_CHARS long; /create takes only the keys build_app names, with the
     types the environment's constructor gives them (anything else is a 422).
+  * `/reset_batch` and `/step_batch` take a JSON list of /reset or /step bodies (at most MAX_BATCH,
+    each instance at most once) and answer a list in the same order: one HTTP round trip per turn
+    for a whole batch of episodes. An item that fails (unknown id, a bad task, a time-out, an
+    environment that raised) is answered `{"error": ..., "status": N}` in its place, the others
+    are served; a body that is not such a list is a 422, a repeated instance a 400.
   * Errors are JSON `{"error": ...}`: an unknown id 404, a malformed body 422, an unreadable one 400,
     a bad value 400, a full table 503, a time-out 504, an environment that raised 500. No error
     closes the connection, and no error answer can itself fail (it never echoes the input).
@@ -73,9 +78,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Callable
 
+import orjson
 import psutil
 import uvicorn
-from fastapi import FastAPI, Query, Request
+from fastapi import Body, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, create_model, model_validator
@@ -87,6 +93,7 @@ MAX_ID = 2**31 - 1
 MAX_ACTION_CHARS = 100_000  # a long LLM reply is ~10k characters; anything past this is not an action
 TIME_LIMIT = 50.0  # seconds per environment call (see the docstring)
 SHUTDOWN_GRACE = 8.0  # seconds between SIGTERM and a forced exit
+MAX_BATCH = 1024  # items of one /reset_batch or /step_batch
 KEEP_ALIVE = 600  # seconds an idle connection stays open: longer than a policy's turn (see serve)
 RETRY_AFTER = 5  # seconds a client is asked to wait when the table is full
 
@@ -122,9 +129,15 @@ def _finite(x):
 
 
 class SafeJSONResponse(JSONResponse):
-    """JSON that never fails to render: a lone surrogate is sent escaped, NaN/inf as null."""
+    """JSON that never fails to render: a lone surrogate is sent escaped, NaN/inf as null.
+    orjson renders the usual answer (it writes NaN/inf as null itself) several times faster than
+    `json`; what it refuses (a lone surrogate, a non-string key) falls back to `json`."""
 
     def render(self, content) -> bytes:
+        try:
+            return orjson.dumps(content)
+        except TypeError:
+            pass
         try:
             return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
         except (UnicodeEncodeError, ValueError):
@@ -393,7 +406,10 @@ class InstanceTable:
         inst = self.get(i)
         start = time.monotonic()
         try:
-            await asyncio.wait_for(inst.lock.acquire(), self.time_limit)
+            if inst.lock.locked():  # (wait_for costs a task: only when there is something to wait for)
+                await asyncio.wait_for(inst.lock.acquire(), self.time_limit)
+            else:
+                await inst.lock.acquire()
         except asyncio.TimeoutError:
             raise EnvError(f"instance {i} stayed busy with earlier requests for {self.time_limit:g} s; "
                            "retry later", 503, headers={"Retry-After": str(RETRY_AFTER)}) from None
@@ -451,6 +467,26 @@ class InstanceTable:
                 log.exception("closing instance %s", i)
 
         await asyncio.gather(*(one(i) for i in list(self.envs)))
+
+
+async def call_batch(table: InstanceTable, calls: list[tuple[int, str, Any]]) -> list:
+    """`table.call(instance, method, arg)` for every item at once (each under its own lock and time
+    limit, as a single request would be); a failed item is answered `{"error", "status"}` in its
+    place, so that one bad instance does not fail the batch."""
+    ids = [i for i, _, _ in calls]
+    if len(set(ids)) != len(ids):  # two calls on one instance in one batch would race for its lock
+        raise EnvError("an instance appears more than once in the batch", 400)
+
+    async def one(i, method, arg):
+        try:
+            return both_dialects(await table.call(i, method, arg))
+        except EnvError as e:
+            return {"error": safe_text(str(e)), "status": e.status}
+        except Exception as e:  # the environment raised: this item's 500, the batch goes on
+            log.exception("environment error in a batch item (instance %s)", i)
+            return {"error": safe_text(f"{type(e).__name__}: {e}"), "status": 500}
+
+    return list(await asyncio.gather(*(one(*c) for c in calls)))
 
 
 def _close_quietly(env) -> None:
@@ -549,6 +585,14 @@ def build_app(title: str, make_env: Callable[..., object], create_keys: tuple[st
     async def step(body: StepBody):
         return both_dialects(await table.call(body.instance, "step", body.action))
 
+    @app.post("/reset_batch")
+    async def reset_batch(body: Annotated[list[ResetBody], Body(max_length=MAX_BATCH)]):
+        return await call_batch(table, [(b.instance, "reset", b.task) for b in body])
+
+    @app.post("/step_batch")
+    async def step_batch(body: Annotated[list[StepBody], Body(max_length=MAX_BATCH)]):
+        return await call_batch(table, [(b.instance, "step", b.action) for b in body])
+
     @app.get("/observation")
     async def observation(id: Annotated[int | None, Query(ge=0, le=MAX_ID)] = None,
                           env_idx: Annotated[int | None, Query(ge=0, le=MAX_ID)] = None):
@@ -618,6 +662,8 @@ def serve(app: FastAPI, argv=None, description: str = "") -> None:
     logging.basicConfig(level=args.log_level.upper())
     # uvicorn's default keep-alive (5 s) closes a client's connection while the policy generates
     # its next turn; the client's next request then races the close and fails ("connection reset").
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
+    # No access log: one line per request is measurable CPU at hundreds of requests per second.
+    # uvicorn picks uvloop and httptools (requirements.txt) when they are installed.
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
                             timeout_graceful_shutdown=SHUTDOWN_GRACE / 2, timeout_keep_alive=KEEP_ALIVE)
     _Server(config).run()
