@@ -34,9 +34,9 @@ What the table does for every environment, so that no environment repeats it:
     client's 60 s, so that the client reads this server's error rather than its own time-out). A
     call that overruns is answered with a 504 JSON error, its instance is dropped from the table (its
     id is a 404 from then on) and closed as soon as the call returns; a call stuck in Python code
-    is interrupted (an exception is raised in its thread). Each call runs on its own thread and the
-    endpoints are coroutines, so requests queued on one busy instance hold no worker thread and
-    never block other instances or `GET /`.
+    is interrupted (an exception is raised in its thread). Each request's calls run on a thread of
+    their own (a batch's one after another) and the endpoints are coroutines, so requests queued on
+    one busy instance hold no worker thread and never block other instances or `GET /`.
   * `--max-instances N` caps the live instances: a /create beyond it is a 503 with `Retry-After`.
   * A /create whose client went away before the answer (its own time-out) is closed at once.
 
@@ -302,54 +302,80 @@ def _interrupt(thread: threading.Thread) -> None:
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(_Interrupt))
 
 
-async def run_limited(fn: Callable[[], Any], limit: float, abandoned: Callable[[Any], None] | None = None):
-    """`fn()` on a fresh daemon thread, awaited for at most `limit` seconds. On time-out: raise
-    CallTimeout here, interrupt the thread, and hand whatever `fn` still returns (None if it
-    raised) to `abandoned`, to close it. The awaiting coroutine holds no thread while it waits."""
+async def run_limited_many(fns: list[Callable[[], Any]], limit: float,
+                           abandoned: list[Callable[[Any], None]] | None = None) -> list[tuple[bool, Any]]:
+    """Each of `fns` in turn on one fresh daemon thread (a thread per call costs more than a BabyAI
+    step), each awaited for at most `limit` seconds from its start. Returns per fn (True, its
+    value) or (False, the exception it raised, or CallTimeout if it overran). An overrun fn's
+    thread is interrupted, whatever the fn still returns (None if it raised) goes to its
+    `abandoned` callback, to close it, and the fns after it go on a new thread. The awaiting
+    coroutine holds no thread while it waits."""
     loop = asyncio.get_running_loop()
-    done = loop.create_future()
-    state = {"late": False, "running": True}
-    lock = threading.Lock()
+    results: list[tuple[bool, Any]] = []
+    while len(results) < len(fns):
+        first = len(results)
+        futs = {k: loop.create_future() for k in range(first, len(fns))}
+        lock = threading.Lock()
+        state = {"finished": first - 1, "late": None}  # the last fn finished; the fn given up on
 
-    def settle(ok, value):
-        if not done.done():
-            done.set_result(value) if ok else done.set_exception(value)
+        def settle(fut, ok, value):
+            if not fut.done():
+                fut.set_result((ok, value))
 
-    def finish(ok, value):
-        with lock:
-            state["running"] = False
-            late = state["late"]
-        if not late:
-            with contextlib.suppress(RuntimeError):  # the loop is gone (shutting down)
-                loop.call_soon_threadsafe(settle, ok, value)
-        elif abandoned is not None:
+        def give_up(k, value):
+            if abandoned is not None:
+                try:
+                    abandoned[k](value)
+                except Exception:  # best effort after a time-out
+                    log.exception("cleaning up after a timed-out call")
+
+        def work(first=first, futs=futs, lock=lock, state=state):
+            for k in range(first, len(fns)):
+                with lock:
+                    if state["late"] is not None:  # given up on before it started
+                        return give_up(k, None)
+                try:
+                    ok, value = True, fns[k]()
+                except BaseException as e:  # noqa: BLE001 - handed to the awaiting coroutine
+                    ok, value = False, e
+                for _ in range(2):  # an interrupt that arrives just after fns[k] returned lands here, once
+                    try:
+                        with lock:
+                            state["finished"] = k
+                            late = state["late"] == k
+                        if late:
+                            return give_up(k, value if ok else None)
+                        with contextlib.suppress(RuntimeError):  # the loop is gone (shutting down)
+                            loop.call_soon_threadsafe(settle, futs[k], ok, value)
+                        break
+                    except _Interrupt:
+                        continue
+
+        thread = threading.Thread(target=work, daemon=True, name="env-call")
+        thread.start()
+        for k in range(first, len(fns)):
             try:
-                abandoned(value if ok else None)
-            except Exception:  # best effort after a time-out
-                log.exception("cleaning up after a timed-out call")
+                results.append(await asyncio.wait_for(asyncio.shield(futs[k]), limit))
+            except asyncio.TimeoutError:
+                with lock:
+                    late = state["finished"] < k
+                    if late:
+                        state["late"] = k
+                if not late:  # it finished in the same instant: its answer is on the way
+                    results.append(await futs[k])
+                    continue
+                _interrupt(thread)
+                results.append((False, CallTimeout(f"the call did not finish within {limit:g} s")))
+                break
+    return results
 
-    def work():
-        try:
-            ok, value = True, fn()
-        except BaseException as e:  # noqa: BLE001 - handed to the awaiting coroutine
-            ok, value = False, e
-        for _ in range(2):  # an interrupt that arrives just after fn returned lands here, once
-            try:
-                return finish(ok, value)
-            except _Interrupt:
-                continue
 
-    thread = threading.Thread(target=work, daemon=True, name="env-call")
-    thread.start()
-    try:
-        return await asyncio.wait_for(asyncio.shield(done), limit)
-    except asyncio.TimeoutError:
-        with lock:
-            late = state["late"] = state["running"]
-        if not late:  # it finished in the same instant: its answer is on the way
-            return await done
-        _interrupt(thread)
-        raise CallTimeout(f"the call did not finish within {limit:g} s") from None
+async def run_limited(fn: Callable[[], Any], limit: float, abandoned: Callable[[Any], None] | None = None):
+    """`fn()` under `limit` (see run_limited_many): its value, or what it raised, or CallTimeout."""
+    [(ok, value)] = await run_limited_many([fn], limit, [abandoned] if abandoned else None)
+    if not ok:
+        raise value
+    return value
 
 
 # ---------------------------------------------------------------------------------------------
@@ -403,8 +429,41 @@ class InstanceTable:
 
     async def call(self, i: int, method: str, *args):
         """env.method(*args) under the instance's lock and the time limit; an unknown id is a 404."""
+        [answer] = await self.call_many([(i, method, args)])
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    async def call_many(self, calls: list[tuple[int, str, tuple]]) -> list:
+        """`call` for each (id, method, args) at once: every instance's lock is taken, then the
+        environment calls run one after another on one thread (run_limited_many), each under the
+        time limit. Per call: its answer, or the exception it ended with (EnvError for 4xx/5xx)."""
+        entered = await asyncio.gather(*(self._enter(i, m) for i, m, _ in calls), return_exceptions=True)
+        run = [k for k, e in enumerate(entered) if isinstance(e, Instance)]
+        out = list(entered)  # the early answers (a step after the end) and errors stay as they are
+        try:
+            outcomes = await run_limited_many(
+                [lambda inst=entered[k], c=calls[k]: getattr(inst.env, c[1])(*c[2]) for k in run],
+                self.time_limit, [lambda _, inst=entered[k]: _close_quietly(inst.env) for k in run])
+            for k, (ok, value) in zip(run, outcomes):
+                inst, (i, method, _) = entered[k], calls[k]
+                if isinstance(value, CallTimeout):
+                    if self.envs.get(i) is inst:
+                        del self.envs[i]
+                    value = EnvError(f"{method} on instance {i} did not finish within {self.time_limit:g} s; "
+                                     "the instance was closed (create a new one)", 504)
+                elif ok and method in ("reset", "step") and isinstance(value, dict):
+                    inst.ready, inst.done, inst.last = True, bool(value.get("done")), value
+                out[k] = value
+        finally:
+            for k in run:
+                entered[k].lock.release()
+        return out
+
+    async def _enter(self, i: int, method: str):
+        """Take instance i's lock for `method`: the Instance (lock held), or the answer to a step
+        after the episode ended (lock released); an unknown id or a step before reset raise."""
         inst = self.get(i)
-        start = time.monotonic()
         try:
             if inst.lock.locked():  # (wait_for costs a task: only when there is something to wait for)
                 await asyncio.wait_for(inst.lock.acquire(), self.time_limit)
@@ -422,22 +481,15 @@ class InstanceTable:
                 last = dict(inst.last, reward=0.0, observation=f"{OVER}\n{inst.last.get('observation', '')}")
                 if "available_actions" in last:
                     last["available_actions"] = []
+                inst.lock.release()
                 return last
             if method == "reset":
                 inst.ready = False  # a failed reset leaves nothing to step
-            limit = self.time_limit - (time.monotonic() - start)
-            try:
-                answer = await run_limited(lambda: getattr(inst.env, method)(*args), max(limit, 0.1),
-                                           abandoned=lambda _: _close_quietly(inst.env))
-            except CallTimeout:
-                self.envs.pop(i, None)
-                raise EnvError(f"{method} on instance {i} did not finish within {self.time_limit:g} s; the "
-                               "instance was closed (create a new one)", 504) from None
-            if method in ("reset", "step") and isinstance(answer, dict):
-                inst.ready, inst.done, inst.last = True, bool(answer.get("done")), answer
-            return answer
-        finally:
-            inst.lock.release()
+            return inst
+        except BaseException:
+            if inst.lock.locked():
+                inst.lock.release()
+            raise
 
     async def close(self, i: int) -> None:
         inst = self.get(i)
@@ -477,16 +529,15 @@ async def call_batch(table: InstanceTable, calls: list[tuple[int, str, Any]]) ->
     if len(set(ids)) != len(ids):  # two calls on one instance in one batch would race for its lock
         raise EnvError("an instance appears more than once in the batch", 400)
 
-    async def one(i, method, arg):
-        try:
-            return both_dialects(await table.call(i, method, arg))
-        except EnvError as e:
-            return {"error": safe_text(str(e)), "status": e.status}
-        except Exception as e:  # the environment raised: this item's 500, the batch goes on
-            log.exception("environment error in a batch item (instance %s)", i)
-            return {"error": safe_text(f"{type(e).__name__}: {e}"), "status": 500}
-
-    return list(await asyncio.gather(*(one(*c) for c in calls)))
+    out = []
+    for (i, _, _), answer in zip(calls, await table.call_many([(i, m, (arg,)) for i, m, arg in calls])):
+        if isinstance(answer, EnvError):
+            answer = {"error": safe_text(str(answer)), "status": answer.status}
+        elif isinstance(answer, BaseException):  # the environment raised: this item's 500, the batch goes on
+            log.error("environment error in a batch item (instance %s)", i, exc_info=answer)
+            answer = {"error": safe_text(f"{type(answer).__name__}: {answer}"), "status": 500}
+        out.append(both_dialects(answer))
+    return out
 
 
 def _close_quietly(env) -> None:

@@ -95,9 +95,15 @@ def test_the_pool_ends_only_the_failing_episodes_of_a_batch(start_server):
     try:
         pool.reset([0, 1, 2], [0, 1, 2])
         assert pool.batched is True
+        count = lambda: requests.get(url + "/instances", timeout=5).json()  # noqa: E731
+        assert count() == 3
         out = pool.step([0, 1, 2], ["a", "crash", "b"])
         assert [r.get("error") is None for r in out] == [True, False, True]
-        assert out[1]["done"] and pool.ids[1] is None  # dropped, recreated at the next reset
+        assert out[1]["done"] and pool.ids[1] is None and count() == 2  # dropped and closed
+        pool.reset([1], [1])
+        out = pool.step([0, 1, 2], ["c", "d", "sleep"])  # stuck past the server's limit: its 504
+        assert [r.get("error") is None for r in out] == [True, True, False] and "504" in out[2]["error"]
+        assert pool.ids[2] is None and count() == 2
         again = pool.reset([0, 1, 2], [5, 6, 7])
         assert [r["observation"] for r in again] == ["task 5", "task 6", "task 7"]
     finally:
