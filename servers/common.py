@@ -72,6 +72,7 @@ import json
 import logging
 import math
 import os
+import queue
 import signal
 import threading
 import time
@@ -302,10 +303,47 @@ def _interrupt(thread: threading.Thread) -> None:
     ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread.ident), ctypes.py_object(_Interrupt))
 
 
+class _Workers:
+    """Daemon threads that run environment calls, reused: starting a thread per request costs
+    more server CPU than a TextCraft or BabyAI step. A thread is named `env-call` while it runs a
+    call and `env-idle` while it waits; one whose call was given up on (a time-out) is retired,
+    not reused, since the interrupt sent to it could land in its next call."""
+
+    def __init__(self):
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.idle, self.lock = 0, threading.Lock()
+
+    def submit(self, job: Callable[[], bool]) -> None:
+        """Run `job` on an idle thread, or a new one; `job()` returns True to retire its thread."""
+        with self.lock:
+            spawn = self.idle == 0
+            self.idle -= not spawn
+        if spawn:
+            threading.Thread(target=self._run, args=(job,), daemon=True, name="env-call").start()
+        else:
+            self.jobs.put(job)
+
+    def _run(self, job) -> None:
+        me = threading.current_thread()
+        while True:
+            me.name = "env-call"
+            try:
+                if job():
+                    return
+            except _Interrupt:  # a late interrupt (never expected: retired threads take them)
+                return
+            me.name = "env-idle"
+            with self.lock:
+                self.idle += 1
+            job = self.jobs.get()
+
+
+WORKERS = _Workers()
+
+
 async def run_limited_many(fns: list[Callable[[], Any]], limit: float,
                            abandoned: list[Callable[[Any], None]] | None = None) -> list[tuple[bool, Any]]:
-    """Each of `fns` in turn on one fresh daemon thread (a thread per call costs more than a BabyAI
-    step), each awaited for at most `limit` seconds from its start. Returns per fn (True, its
+    """Each of `fns` in turn on one worker thread (`_Workers`), each awaited for at most `limit` seconds from its start. Returns per fn (True, its
     value) or (False, the exception it raised, or CallTimeout if it overran). An overrun fn's
     thread is interrupted, whatever the fn still returns (None if it raised) goes to its
     `abandoned` callback, to close it, and the fns after it go on a new thread. The awaiting
@@ -316,7 +354,7 @@ async def run_limited_many(fns: list[Callable[[], Any]], limit: float,
         first = len(results)
         futs = {k: loop.create_future() for k in range(first, len(fns))}
         lock = threading.Lock()
-        state = {"finished": first - 1, "late": None}  # the last fn finished; the fn given up on
+        state = {"finished": first - 1, "late": None, "thread": None}  # the last fn finished; the fn given up on
 
         def settle(fut, ok, value):
             if not fut.done():
@@ -329,11 +367,14 @@ async def run_limited_many(fns: list[Callable[[], Any]], limit: float,
                 except Exception:  # best effort after a time-out
                     log.exception("cleaning up after a timed-out call")
 
-        def work(first=first, futs=futs, lock=lock, state=state):
+        def work(first=first, futs=futs, lock=lock, state=state) -> bool:  # True: retire this thread
+            with lock:
+                state["thread"] = threading.current_thread()
             for k in range(first, len(fns)):
                 with lock:
                     if state["late"] is not None:  # given up on before it started
-                        return give_up(k, None)
+                        give_up(k, None)
+                        return True
                 try:
                     ok, value = True, fns[k]()
                 except BaseException as e:  # noqa: BLE001 - handed to the awaiting coroutine
@@ -344,15 +385,16 @@ async def run_limited_many(fns: list[Callable[[], Any]], limit: float,
                             state["finished"] = k
                             late = state["late"] == k
                         if late:
-                            return give_up(k, value if ok else None)
+                            give_up(k, value if ok else None)
+                            return True
                         with contextlib.suppress(RuntimeError):  # the loop is gone (shutting down)
                             loop.call_soon_threadsafe(settle, futs[k], ok, value)
                         break
                     except _Interrupt:
                         continue
+            return False
 
-        thread = threading.Thread(target=work, daemon=True, name="env-call")
-        thread.start()
+        WORKERS.submit(work)
         for k in range(first, len(fns)):
             try:
                 results.append(await asyncio.wait_for(asyncio.shield(futs[k]), limit))
@@ -361,10 +403,12 @@ async def run_limited_many(fns: list[Callable[[], Any]], limit: float,
                     late = state["finished"] < k
                     if late:
                         state["late"] = k
+                    thread = state["thread"]
                 if not late:  # it finished in the same instant: its answer is on the way
                     results.append(await futs[k])
                     continue
-                _interrupt(thread)
+                if thread is not None:  # (None: not started yet; it will see `late` and not start)
+                    _interrupt(thread)
                 results.append((False, CallTimeout(f"the call did not finish within {limit:g} s")))
                 break
     return results
