@@ -70,10 +70,11 @@ class Policy:
     mask_actions: bool = False  # restrict sampling to the env's available actions
     context_turns: int = 0  # 0: the whole conversation; K: only the last K turns
     max_new_tokens: int = 512
-    temperature: float = 1.0
+    temperature: float = 1.0  # 0: greedy (the most likely token; log-probs at temperature 1)
     use_instruction: bool = True  # send the env's instruction as the system message
     is_tiny: bool = False  # the built-in CPU policy (train.py picks its learning rate by this)
     path: str = ""  # the folder or hub id it was loaded from (train.py's reference model)
+    reuse_cache: bool = True  # whole-conversation mode: keep each episode's KV cache across turns
 
     @property
     def device(self):
@@ -90,6 +91,14 @@ class Policy:
         eos = getattr(gen, "eos_token_id", None) if gen is not None else None
         ids.update(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         return ids
+
+    @functools.cached_property
+    def _tries(self) -> dict:  # action list -> its prefix tree (action_trie)
+        return {}
+
+    @functools.cached_property
+    def _action_ids(self) -> dict:  # action -> its token ids + end-of-turn (action_trie)
+        return {}
 
     @functools.cached_property
     def end_of_turn(self) -> int:
@@ -176,38 +185,125 @@ def turn_suffix_ids(tokenizer, observation: str) -> list[int]:
 
 def action_trie(policy: Policy, actions: list[str]) -> dict:
     """Prefix tree over the token ids of `actions`, each followed by the end-of-turn token.
-    A leaf (after end-of-turn) stores the action string under the key None."""
+    A leaf (after end-of-turn) stores the action string under the key None. Tries are built once
+    per distinct action list and shared (they are only read); each action is tokenised once."""
+    key = tuple(actions)
+    tries, ids_of = policy._tries, policy._action_ids
+    if key in tries:
+        return tries[key]
     root: dict = {}
     for a in actions:
+        if a not in ids_of:
+            ids_of[a] = policy.tokenizer(a, add_special_tokens=False)["input_ids"] + [policy.end_of_turn]
         node = root
-        for t in policy.tokenizer(a, add_special_tokens=False)["input_ids"] + [policy.end_of_turn]:
+        for t in ids_of[a]:
             node = node.setdefault(t, {})
         # Distinct actions must have distinct ids, or sampling one could send the other.
         if node.setdefault(None, a) != a:
             raise ValueError(f"actions {a!r} and {node[None]!r} have the same token ids")
+    if len(tries) > 100_000:  # bound the memo (a long run with ever-new action lists)
+        tries.clear()
+    tries[key] = root
     return root
+
+
+def _allowed(node: dict) -> list[int]:
+    """The token ids a trie node allows next."""
+    return [k for k in node if k is not None]
+
+
+@dataclass
+class Encoded:
+    """A batch of token streams whose first `n[i]` tokens are in a KV cache, for the next turn to
+    extend instead of encoding the stream again (whole-conversation mode). A column of `attn` is 0
+    where it holds no stream token: left padding, and the tokens fed after a row had finished
+    while other rows went on (each row's own tokens sit in order; position ids are given
+    explicitly, so such holes change nothing the model computes for the real tokens)."""
+
+    cache: object  # transformers' DynamicCache: per layer (B, heads, T, head_dim)
+    attn: torch.Tensor  # (B, T)
+    n: list[int]  # per row: how many of its stream's tokens the cache holds
+
+    def select(self, rows: list[int]) -> "Encoded":
+        """The rows `rows`, in that order (episodes that ended are dropped)."""
+        idx = torch.tensor(rows, device=self.attn.device)
+        self.cache.batch_select_indices(idx)
+        return Encoded(self.cache, self.attn[idx], [self.n[i] for i in rows])
+
+
+def _encode(model, news: list[list[int]], starts: list[int], past: Encoded | None, pad: int, device):
+    """One forward over each row's new tokens (right-aligned, so that every row's last token is
+    in the last column), appended to `past`. Returns the next-token logits (B, V) and the state."""
+    B, W = len(news), max(len(x) for x in news)
+    ids = torch.full((B, W), pad, dtype=torch.long)
+    new_attn = torch.zeros((B, W), dtype=torch.long)
+    pos = torch.zeros((B, W), dtype=torch.long)
+    for i, (x, s) in enumerate(zip(news, starts)):
+        ids[i, W - len(x):] = torch.tensor(x)
+        new_attn[i, W - len(x):] = 1
+        pos[i, W - len(x):] = torch.arange(s, s + len(x))
+    new_attn = new_attn.to(device)
+    attn = new_attn if past is None else torch.cat([past.attn, new_attn], dim=1)
+    out = model(input_ids=ids.to(device), attention_mask=attn, position_ids=pos.to(device),
+                cache=past.cache if past is not None else None, use_cache=True, logits_to_keep=1)
+    return out.logits[:, -1, :], Encoded(out.cache, attn, [s + len(x) for s, x in zip(starts, news)])
+
+
+BUCKET_SPREAD = 1.25  # a prefill bucket's longest prompt is at most this times its shortest
+
+
+def _prefill(model, news, starts, past, pad, device):
+    """`_encode`, but fresh prompts of very different lengths are encoded in buckets of similar
+    length: left padding to the longest prompt would otherwise cost up to 2x the tokens (the
+    prefill's cost is per token). The buckets' caches are then joined, each left-padded with
+    masked zero columns, into one batch for decoding. Row order is kept."""
+    if past is not None or len(news) == 1:
+        return _encode(model, news, starts, past, pad, device)
+    order = sorted(range(len(news)), key=lambda i: len(news[i]))
+    buckets, cur = [], [order[0]]
+    for i in order[1:]:
+        if len(news[i]) > BUCKET_SPREAD * len(news[cur[0]]):
+            buckets.append(cur)
+            cur = []
+        cur.append(i)
+    buckets.append(cur)
+    if len(buckets) == 1:
+        return _encode(model, news, starts, past, pad, device)
+    parts = [_encode(model, [news[i] for i in b], [starts[i] for i in b], None, pad, device) for b in buckets]
+    T = max(st.attn.shape[1] for _, st in parts)
+    inverse = torch.empty(len(news), dtype=torch.long)
+    inverse[torch.tensor([i for b in buckets for i in b])] = torch.arange(len(news))
+    inverse = inverse.to(device)
+    left = lambda x, T=T: F.pad(x, (0, 0, T - x.shape[-2], 0)) if x.dim() == 4 else F.pad(x, (T - x.shape[-1], 0))  # noqa: E731
+    cache = parts[-1][1].cache
+    for layer, *others in zip(cache.layers, *(st.cache.layers for _, st in parts[:-1])):
+        group = others + [layer]
+        layer.keys = torch.cat([left(g.keys) for g in group])[inverse]
+        layer.values = torch.cat([left(g.values) for g in group])[inverse]
+    attn = torch.cat([left(st.attn) for _, st in parts])[inverse]
+    logits = torch.cat([lg for lg, _ in parts])[inverse]
+    n = [0] * len(news)
+    for b, (_, st) in zip(buckets, parts):
+        for i, k in zip(b, st.n):
+            n[i] = k
+    return logits, Encoded(cache, attn, n)
 
 
 @torch.no_grad()
 def generate(policy: Policy, contexts: list[list[int]], tries: list[dict] | None = None,
-             timings: dict | None = None):
-    """Sample one reply per context. Returns (ids, logprobs, allowed, texts): the sampled ids
-    (ending with a stop token unless cut at max_new_tokens), their log-probs under the
-    (masked) sampling distribution at temperature T, and per position the allowed ids when masked.
+             timings: dict | None = None, past: Encoded | None = None):
+    """Sample one reply per context. Returns (ids, logprobs, allowed, texts, state): the sampled
+    ids (ending with a stop token unless cut at max_new_tokens), their log-probs under the
+    (masked) sampling distribution at temperature T, per position the allowed ids when masked,
+    and the KV state of the streams `context + reply` (most of it: see `Encoded`).
+    `past`: the state a previous call returned for these same streams (rows in this order, each
+    context extending the stream it held): only the tokens not yet in its cache are encoded.
     `timings`: add the seconds of the prompt's forward ("prefill"), the one-token forwards
     ("decode") and the action masks ("mask") to this dict (see timing.py).
     """
     model, tok, device = policy.model, policy.tokenizer, policy.device
     B = len(contexts)
-    L = max(len(c) for c in contexts)
-    pad = tok.pad_token_id
-    input_ids = torch.full((B, L), pad, dtype=torch.long)
-    attn = torch.zeros((B, L), dtype=torch.long)
-    for i, c in enumerate(contexts):  # left padding: every row's next token is at column L
-        input_ids[i, L - len(c):] = torch.tensor(c)
-        attn[i, L - len(c):] = 1
-    input_ids, attn = input_ids.to(device), attn.to(device)
-    pos = (attn.cumsum(-1) - 1).clamp(min=0)
+    starts = past.n if past is not None else [0] * B
     stops = policy.stop_ids
     nodes = list(tries) if tries is not None else None
     out_ids = [[] for _ in range(B)]
@@ -215,31 +311,42 @@ def generate(policy: Policy, contexts: list[list[int]], tries: list[dict] | None
     allowed = [{} for _ in range(B)]
     texts = [None] * B
     finished = [False] * B
-    cache, step_ids, step_pos = None, input_ids, pos
+    with timed(timings, "prefill"):
+        logits, state = _prefill(model, [c[s:] for c, s in zip(contexts, starts)], starts, past,
+                                 tok.pad_token_id, device)
     for t in range(policy.max_new_tokens):
-        with timed(timings, "prefill" if t == 0 else "decode"):
-            out = model(input_ids=step_ids, attention_mask=attn, position_ids=step_pos, cache=cache,
-                        use_cache=True, logits_to_keep=1)  # only the next token's logits
-        cache = out.cache
-        logits = out.logits[:, -1, :].float() / policy.temperature  # (B, V)
+        if t > 0:
+            with timed(timings, "decode"):
+                # The token each row sampled last; a row that finished before it fed garbage, masked out.
+                real = torch.tensor(was_live, dtype=torch.long, device=device)
+                state.attn = torch.cat([state.attn, real.unsqueeze(-1)], dim=1)
+                pos = torch.tensor(state.n, device=device).unsqueeze(-1)
+                out = model(input_ids=nxt.unsqueeze(-1), attention_mask=state.attn, position_ids=pos,
+                            cache=state.cache, use_cache=True, logits_to_keep=1)
+                state.n = [k + r for k, r in zip(state.n, was_live)]
+                logits = out.logits[:, -1, :]
+        logits = logits.float() / (policy.temperature or 1.0)  # (B, V)
         if nodes is not None:
             with timed(timings, "mask"):
+                oks = [_allowed(nodes[i]) if not finished[i] else [] for i in range(B)]
+                rows = torch.tensor([i for i, ok in enumerate(oks) for _ in ok], dtype=torch.long)
+                cols = torch.tensor([k for ok in oks for k in ok], dtype=torch.long)
                 keep = torch.full_like(logits, float("-inf"))
-                for i in range(B):
+                keep[rows.to(device), cols.to(device)] = 0.0
+                for i, ok in enumerate(oks):
                     if not finished[i]:
-                        ok = [k for k in nodes[i] if k is not None]
-                        keep[i, ok] = 0.0
                         allowed[i][t] = ok
                 logits = logits + keep
                 logits[torch.tensor(finished, device=device)] = 0.0  # finished rows: anything, ignored
         logp = F.log_softmax(logits, dim=-1)
-        nxt = torch.multinomial(logp.exp(), 1).squeeze(-1)  # (B,)
-        for i in range(B):
+        nxt = logp.argmax(-1) if policy.temperature == 0 else torch.multinomial(logp.exp(), 1).squeeze(-1)  # (B,)
+        picked = logp.gather(-1, nxt.unsqueeze(-1)).squeeze(-1).tolist()
+        was_live = [0 if f else 1 for f in finished]
+        for i, tid in enumerate(nxt.tolist()):
             if finished[i]:
                 continue
-            tid = int(nxt[i])
             out_ids[i].append(tid)
-            out_lp[i].append(float(logp[i, tid]))
+            out_lp[i].append(picked[i])
             if nodes is not None:
                 nodes[i] = nodes[i][tid]
                 if None in nodes[i]:
@@ -248,14 +355,11 @@ def generate(policy: Policy, contexts: list[list[int]], tries: list[dict] | None
                 finished[i] = True
         if all(finished):
             break
-        step_ids = nxt.unsqueeze(-1)
-        attn = torch.cat([attn, torch.ones((B, 1), dtype=attn.dtype, device=device)], dim=1)
-        step_pos = step_pos[:, -1:] + 1
     for i in range(B):
         if texts[i] is None:
             body = [x for x in out_ids[i] if x not in stops]
             texts[i] = tok.decode(body, skip_special_tokens=True).strip()
-    return out_ids, out_lp, allowed, texts
+    return out_ids, out_lp, allowed, texts, state
 
 
 # ---------------------------------------------------------------------------------------------
@@ -359,9 +463,15 @@ def _rollout_chunk(policy, pool, spec, tasks, groups, max_turns, batch_size, tim
             continue
         live.append(i)
 
+    # Whole-conversation mode keeps each generation batch's KV cache across turns, so a batch is a
+    # fixed set of episodes; otherwise each turn splits the live episodes afresh.
+    reuse = policy.context_turns == 0 and policy.reuse_cache
+    states: list = [None] * len(range(0, n, batch_size))
     for turn in range(max_turns):
         if not live:
             break
+        batches = [list(range(s, s + batch_size)) for s in range(0, n, batch_size)] if reuse else \
+            [live[s:s + batch_size] for s in range(0, len(live), batch_size)]
         with timed(timings, "template"):  # chat template + tokenising the new observations
             contexts = [memory[i].context(trajs[i]) for i in live]
         tries = None
@@ -370,10 +480,20 @@ def _rollout_chunk(policy, pool, spec, tasks, groups, max_turns, batch_size, tim
                 tries = [action_trie(policy, info[i].get("available_actions") or ["check available actions"])
                          for i in live]
         ids, lp, alw, texts = [], [], [], []
-        for s in range(0, len(live), batch_size):  # bound the generation batch (memory)
+        at = {i: k for k, i in enumerate(live)}
+        for g, members in enumerate(batches):  # bound the generation batch (memory)
+            rows = [at[i] for i in members if i in at]  # this batch's live episodes, as indices into `live`
+            if not rows:
+                continue
+            past = None
+            if reuse and states[g] is not None:  # the cache of the conversation so far, ended episodes dropped
+                held, state = states[g]
+                past = state.select([held.index(live[k]) for k in rows])
             with timed(timings, "generate"):
-                out = generate(policy, contexts[s:s + batch_size], tries[s:s + batch_size] if tries else None,
-                               timings)
+                out = generate(policy, [contexts[k] for k in rows], [tries[k] for k in rows] if tries else None,
+                               timings, past=past)
+            if reuse:
+                states[g] = ([live[k] for k in rows], out[4])
             ids += out[0]; lp += out[1]; alw += out[2]; texts += out[3]
         actions = [spec.parse_action(t) if not policy.mask_actions else t for t in texts]
         with timed(timings, "env"):

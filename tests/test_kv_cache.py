@@ -1,0 +1,89 @@
+"""Reusing the KV cache changes no token: the whole-conversation rollout that keeps each episode's
+cache across turns conditions on exactly the stored trajectory tokens, so with greedy decoding it
+picks the same tokens with the same log-probs as the rollout that encodes every prompt afresh;
+and prompts of very different lengths prefilled in length buckets give what each prompt alone
+gives. For the tiny policy and for a randomly initialised small Llama (another architecture)."""
+
+import pytest
+import torch
+
+import tiny
+from agent import chat_ids, generate, rollout
+from envs import ENVS, EnvPool
+from tiny import build_tiny_policy
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("tiny"))
+    build_tiny_policy("babyai", path, warmup_steps=5, episodes=40)
+    return path
+
+
+@pytest.fixture(scope="module")
+def pool(start_server):
+    p = EnvPool(url=start_server("servers.babyai").url, size=8)
+    yield p
+    p.close()
+
+
+def tiny_policy(path):
+    policy = tiny.load(path, "babyai")
+    policy.context_turns, policy.temperature = 0, 0.0  # whole conversation, greedy
+    return policy
+
+
+def llama_policy(path):
+    """The tiny policy's tokenizer and chat template on a random Llama (GQA: 2 key/value heads)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    policy = tiny_policy(path)
+    tok = policy.tokenizer
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+                      eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    policy.model = LlamaForCausalLM(cfg).eval()
+    return policy
+
+
+def both_ways(policy, pool, mask_actions, max_new_tokens, max_turns=4):
+    policy.mask_actions, policy.max_new_tokens = mask_actions, max_new_tokens
+    spec, out = ENVS["babyai"], []
+    for reuse in (True, False):
+        policy.reuse_cache = reuse
+        out.append(rollout(policy, pool, spec, spec.splits["test"][:6], max_turns=max_turns, batch_size=4))
+    return out
+
+
+@pytest.mark.parametrize("make", [tiny_policy, llama_policy], ids=["tiny-qwen2", "random-llama"])
+@pytest.mark.parametrize("mask_actions", [True, False])
+def test_the_cached_rollout_gives_the_same_tokens_and_logprobs(tiny_path, pool, make, mask_actions):
+    policy = make(tiny_path)
+    cached, fresh = both_ways(policy, pool, mask_actions, max_new_tokens=48 if mask_actions else 6)
+    turns = 0
+    for a, b in zip(cached, fresh):
+        assert a.actions == b.actions and not a.error
+        [ra], [rb] = a.rows, b.rows
+        assert ra.ids == rb.ids and ra.mask == rb.mask and ra.allowed == rb.allowed
+        torch.testing.assert_close(torch.tensor(ra.logprobs), torch.tensor(rb.logprobs), atol=1e-4, rtol=0)
+        turns += a.turns
+    assert turns > len(cached)  # episodes went on past their first turn: the cache was reused
+
+
+@pytest.mark.parametrize("make", [tiny_policy, llama_policy], ids=["tiny-qwen2", "random-llama"])
+def test_bucketed_prefill_equals_each_prompt_alone(tiny_path, make):
+    """Prompts from 1x to over 3x the shortest's length: several prefill buckets, joined for decoding."""
+    policy = make(tiny_path)
+    policy.mask_actions, policy.max_new_tokens = False, 5
+    tok = policy.tokenizer
+    texts = ["turn left", "go to the red ball " * 3, "You see a grey key 1 step ahead. " * 6, "move forward " * 9]
+    contexts = [chat_ids(tok, [{"role": "user", "content": t}]) for t in texts]
+    assert max(map(len, contexts)) > 3 * min(map(len, contexts))
+    ids, lp, _, _, state = generate(policy, contexts)
+    for k, c in enumerate(contexts):
+        ids1, lp1, _, _, _ = generate(policy, [c])
+        assert ids[k] == ids1[0]
+        torch.testing.assert_close(torch.tensor(lp[k]), torch.tensor(lp1[0]), atol=1e-4, rtol=0)
+    # the cache holds each prompt and the reply's tokens fed back so far (all but perhaps the last)
+    assert all(len(c) + len(r) - 1 <= n <= len(c) + len(r) for c, r, n in zip(contexts, ids, state.n))
