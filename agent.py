@@ -253,12 +253,19 @@ BUCKET_SPREAD = 1.25  # a prefill bucket's longest prompt is at most this times 
 
 
 def _prefill(model, news, starts, past, pad, device):
-    """`_encode`, but fresh prompts of very different lengths are encoded in buckets of similar
-    length: left padding to the longest prompt would otherwise cost up to 2x the tokens (the
-    prefill's cost is per token). The buckets' caches are then joined, each left-padded with
-    masked zero columns, into one batch for decoding. Row order is kept."""
+    """`_encode`, but fresh prompts are encoded once each (GRPO's group of rollouts of one task
+    starts from one prompt: its cache rows are copies), and prompts of very different lengths in
+    buckets of similar length: left padding to the longest prompt would otherwise cost up to 2x
+    the tokens (the prefill's cost is per token). The buckets' caches are then joined, each
+    left-padded with masked zero columns, into one batch for decoding. Row order is kept."""
     if past is not None or len(news) == 1:
         return _encode(model, news, starts, past, pad, device)
+    first: dict[tuple, int] = {}
+    where = [first.setdefault(tuple(x), len(first)) for x in news]
+    if len(first) < len(news):
+        unique = [list(x) for x in first]
+        logits, state = _prefill(model, unique, [0] * len(unique), None, pad, device)
+        return logits[torch.tensor(where, device=device)], state.select(where)
     order = sorted(range(len(news)), key=lambda i: len(news[i]))
     buckets, cur = [], [order[0]]
     for i in order[1:]:

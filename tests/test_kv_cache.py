@@ -73,11 +73,12 @@ def test_the_cached_rollout_gives_the_same_tokens_and_logprobs(tiny_path, pool, 
 
 @pytest.mark.parametrize("make", [tiny_policy, llama_policy], ids=["tiny-qwen2", "random-llama"])
 def test_bucketed_prefill_equals_each_prompt_alone(tiny_path, make):
-    """Prompts from 1x to over 3x the shortest's length: several prefill buckets, joined for decoding."""
+    """Prompts (one of them twice) from 1x to over 3x the shortest's length: several prefill buckets, joined for decoding."""
     policy = make(tiny_path)
     policy.mask_actions, policy.max_new_tokens = False, 5
     tok = policy.tokenizer
-    texts = ["turn left", "go to the red ball " * 3, "You see a grey key 1 step ahead. " * 6, "move forward " * 9]
+    texts = ["turn left", "go to the red ball " * 3, "You see a grey key 1 step ahead. " * 6, "move forward " * 9,
+             "turn left"]  # (a repeated prompt is encoded once)
     contexts = [chat_ids(tok, [{"role": "user", "content": t}]) for t in texts]
     assert max(map(len, contexts)) > 3 * min(map(len, contexts))
     ids, lp, _, _, state = generate(policy, contexts)
