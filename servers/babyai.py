@@ -299,7 +299,7 @@ class BabyAIText:
         return None
 
 
-app = build_app("BabyAI", BabyAIText, create_keys=("render",))
+app = build_app("BabyAI", BabyAIText, create_keys=("render",), inline_calls=True)  # (pure Python steps)
 
 
 @app.get("/render")

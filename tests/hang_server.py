@@ -49,4 +49,9 @@ def instances():
 
 
 if __name__ == "__main__":
+    import sys
+
+    if "--inline" in sys.argv:  # steps on the event loop's own thread, under the watchdog (run_inline)
+        sys.argv.remove("--inline")
+        app.state.table.inline = True
     serve(app)

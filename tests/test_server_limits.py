@@ -49,6 +49,21 @@ def test_a_call_that_never_returns_gets_a_clear_error_and_frees_its_instance(han
     assert requests.get(url + "/threads", timeout=5).json() <= 1
 
 
+def test_an_inline_step_that_spins_is_interrupted_and_the_server_goes_on(start_server):
+    """BabyAI and TextCraft step on the event loop's thread (inline_calls): a step stuck in a
+    Python loop is still interrupted at the time limit, alone or inside a batch."""
+    url = start_server("tests.hang_server", args=["--time-limit", "1.5", "--inline"]).url
+    iid, start = new(url), time.time()
+    r = step(url, iid, "spin")
+    assert r.status_code == 504 and "did not finish within 1.5 s" in r.json()["error"] and time.time() - start < 5
+    assert step(url, iid, "x").status_code == 404  # dropped
+    a, b = new(url), new(url)
+    assert step(url, a, "crash").status_code == 500
+    r = requests.post(url + "/step_batch", json=[{"id": a, "action": "spin"}, {"id": b, "action": "hello"}], timeout=10)
+    assert [x.get("status") for x in r.json()] == [504, None] and r.json()[1]["observation"] == "hello"
+    assert step(url, b, "still here").json()["observation"] == "still here"
+
+
 def test_requests_queued_on_one_stuck_instance_block_nothing_else(hang):
     url = hang.url
     stuck, other = new(url), new(url)
