@@ -19,6 +19,13 @@ the outcome reward belongs to the agent's last token (see README, "the reference
 reward"). With `context_turns=K > 0` the agent sees only its last K turns (the tiny policy uses
 K=1: the current observation); each turn is then its own sequence ("row"), rows in turn order.
 
+Whole-conversation episodes keep their KV cache from turn to turn (`Encoded`): each turn encodes
+only the tokens the stream gained (the last reply's final token, the glue and the new
+observation), at the positions they have in the stream, so the model conditions on exactly the
+stored trajectory tokens, as if the whole stream were encoded afresh (tests/test_kv_cache.py).
+Fresh prompts (the first turn, or every turn with K > 0) are encoded once per distinct prompt and
+in buckets of similar length (`_prefill`): the prefill's cost is per token, padding included.
+
 Invalid-action masking (an option, on for the `tiny` policy): when the environment lists its
 available actions, sampling is restricted to them by a prefix tree over their token ids; the
 same mask is applied when log-probs are recomputed in the update, so the policy ratio is exact.
@@ -396,7 +403,8 @@ def rollout(policy: Policy, pool: EnvPool, spec: EnvSpec, tasks: list[int], max_
 class WholeConversation:
     """Context mode `context_turns=0`: the agent sees the whole conversation. One token stream
     per episode, extended in place: the reply's sampled ids (mask 1), then the template's glue
-    and the next observation (mask 0). It becomes the trajectory's only row."""
+    and the next observation (mask 0). It becomes the trajectory's only row. The rollout keeps
+    the stream's KV cache across turns (`Policy.reuse_cache`), so only the new part is encoded."""
 
     def __init__(self, policy: Policy):
         self.policy, self.row = policy, None
