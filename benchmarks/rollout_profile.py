@@ -3,6 +3,8 @@
     python benchmarks/rollout_profile.py --steps 3                   # train.py's demo, profiled
     python benchmarks/rollout_profile.py --steps 3 --threads 2       # ... on two torch threads
     python benchmarks/rollout_profile.py --compare-batch 32          # 32 episodes batched vs one at a time
+    python benchmarks/rollout_profile.py --compare-batch 32 --compare-cache --context-turns 0
+                                                     # whole conversation: KV cache kept vs re-encoded
 
 Profile mode runs `train.train()` itself (every train.py flag works here) with a `profile` list:
 each step fills a dict through `timing.timed` sections that agent.py and train.py wrap around
@@ -58,6 +60,8 @@ class ProfileConfig(train.Config):
     """compare mode: turns per episode"""
     repeats: int = 3
     """compare mode: interleaved repeats of each way"""
+    compare_cache: bool = False
+    """compare mode: instead, N episodes batched with the conversation's KV cache kept across turns vs re-encoded each turn"""
 
 
 def derived(t: dict) -> dict:
@@ -114,14 +118,16 @@ def compare_batch(cfg: ProfileConfig):
     policy.model.eval()
     tasks = spec.splits[cfg.test_split][:n]
     pool = open_pool(cfg.env, size=n, url=cfg.url or None)
-    rates: dict[str, list[float]] = {"batched": [], "one at a time": []}
-    parts: dict[str, dict] = {"batched": {}, "one at a time": {}}
+    ways = ["cache kept", "re-encoded"] if cfg.compare_cache else ["batched", "one at a time"]
+    rates: dict[str, list[float]] = {w: [] for w in ways}
+    parts: dict[str, dict] = {w: {} for w in ways}
     try:
         rollout(policy, pool, spec, tasks[:2], 1)  # warm up: server instances, first forwards
         for _ in range(cfg.repeats):
             for way in rates:
                 t0 = time.perf_counter()
-                if way == "batched":
+                policy.reuse_cache = way != "re-encoded"
+                if way != "one at a time":
                     rollout(policy, pool, spec, tasks, cfg.max_turns, timings=parts[way])
                 else:
                     for t in tasks:
@@ -133,8 +139,8 @@ def compare_batch(cfg: ProfileConfig):
           f"threads {torch.get_num_threads()}, {cfg.repeats} interleaved repeats")
     rows = [[way, " ".join(f"{r:.2f}" for r in v), f"{statistics.median(v):.2f}"] for way, v in rates.items()]
     print(table(["way", "episodes/s per repeat", "median"], rows))
-    ratio = statistics.median(rates["batched"]) / statistics.median(rates["one at a time"])
-    print(f"batched / one at a time: {ratio:.2f}x")
+    ratio = statistics.median(rates[ways[0]]) / statistics.median(rates[ways[1]])
+    print(f"{ways[0]} / {ways[1]}: {ratio:.2f}x")
     names = ["env", "template", "tries", "prefill", "decode", "mask", "generate"]
     rows = [[k] + [f"{parts[w].get(k, 0) / (cfg.repeats * n) * 1000:.2f}" for w in parts] for k in names]
     print("\nms per episode by section\n" + table(["section"] + list(parts), rows))

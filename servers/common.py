@@ -34,9 +34,10 @@ What the table does for every environment, so that no environment repeats it:
     client's 60 s, so that the client reads this server's error rather than its own time-out). A
     call that overruns is answered with a 504 JSON error, its instance is dropped from the table (its
     id is a 404 from then on) and closed as soon as the call returns; a call stuck in Python code
-    is interrupted (an exception is raised in its thread). Each request's calls run on a thread of
-    their own (a batch's one after another) and the endpoints are coroutines, so requests queued on
-    one busy instance hold no worker thread and never block other instances or `GET /`.
+    is interrupted (an exception is raised in its thread). Each call runs on a worker thread and the
+    endpoints are coroutines, so requests queued on one busy instance hold no worker thread and
+    never block other instances or `GET /`. (BabyAI's and TextCraft's steps, quick and pure
+    Python, run on the event loop's own thread instead: `inline_calls` in build_app.)
   * `--max-instances N` caps the live instances: a /create beyond it is a 503 with `Retry-After`.
   * A /create whose client went away before the answer (its own time-out) is closed at once.
 
@@ -545,8 +546,9 @@ class InstanceTable:
 
     async def call_many(self, calls: list[tuple[int, str, tuple]]) -> list:
         """`call` for each (id, method, args) at once: every instance's lock is taken, then the
-        environment calls run one after another on one thread (run_limited_many), each under the
-        time limit. Per call: its answer, or the exception it ended with (EnvError for 4xx/5xx)."""
+        environment calls run, each under the time limit, on worker threads side by side
+        (run_limited_many), or one after another on this thread for an `inline` table's steps.
+        Per call: its answer, or the exception it ended with (EnvError for 4xx/5xx)."""
         entered = await asyncio.gather(*(self._enter(i, m) for i, m, _ in calls), return_exceptions=True)
         run = [k for k, e in enumerate(entered) if isinstance(e, Instance)]
         out = list(entered)  # the early answers (a step after the end) and errors stay as they are
@@ -554,8 +556,11 @@ class InstanceTable:
             fns = [lambda inst=entered[k], c=calls[k]: getattr(inst.env, c[1])(*c[2]) for k in run]
             closers = [lambda _, inst=entered[k]: _close_quietly(inst.env) for k in run]
             inline = self.inline and all(calls[k][1] in ("step", "observation") for k in run)
-            outcomes = run_inline(fns, self.time_limit, closers) if inline else \
-                await run_limited_many(fns, self.time_limit, closers)
+            if inline:
+                outcomes = run_inline(fns, self.time_limit, closers)
+            else:  # each on a worker thread of its own: slow steps (a JVM, a browser) overlap
+                outcomes = [o for out in await asyncio.gather(*(
+                    run_limited_many([f], self.time_limit, [c]) for f, c in zip(fns, closers))) for o in out]
             for k, (ok, value) in zip(run, outcomes):
                 inst, (i, method, _) = entered[k], calls[k]
                 if isinstance(value, CallTimeout):
