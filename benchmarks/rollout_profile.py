@@ -3,7 +3,7 @@
     python benchmarks/rollout_profile.py --steps 3                   # train.py's demo, profiled
     python benchmarks/rollout_profile.py --steps 3 --threads 2       # ... on two torch threads
     python benchmarks/rollout_profile.py --compare-batch 32          # 32 episodes batched vs one at a time
-    python benchmarks/rollout_profile.py --compare-batch 32 --compare-cache --context-turns 0
+    python benchmarks/rollout_profile.py --compare-batch 32 --compare-cache on --context-turns 0
                                                      # whole conversation: KV cache kept vs re-encoded
 
 Profile mode runs `train.train()` itself (every train.py flag works here) with a `profile` list:
