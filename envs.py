@@ -588,8 +588,8 @@ class EnvPool:
             return list(self.executor.map(
                 lambda sd: self._call(sd[0], lambda: self._reset_one(*sd)), zip(slots, data_idxs)))
         missing = [s for s in slots if self.ids[s] is None]  # creates stay one request each
-        failed = dict(zip(missing, self.executor.map(lambda s: self._call(s, lambda: self._create(s)), missing)))
-        out: dict[int, dict] = {s: r for s, r in failed.items() if r is not None}
+        created = dict(zip(missing, self.executor.map(lambda s: self._call(s, lambda: self._create(s)), missing)))
+        out: dict[int, dict] = {s: r for s, r in created.items() if r is not None}  # the failed creates
         todo = [(s, d) for s, d in zip(slots, data_idxs) if s not in out]
         answers = self._batch("/reset_batch", [s for s, _ in todo],
                               [self.clients[s].reset_body(self.ids[s], d) for s, d in todo], at_reset=True)
@@ -616,6 +616,7 @@ class EnvPool:
             if iid is not None:
                 self.clients[slot].close(iid)
         self.ids = [None] * len(self.ids)
+        self.session.close()
         self.executor.shutdown(wait=False)
 
 
