@@ -328,6 +328,7 @@ def generate(policy: Policy, contexts: list[list[int]], tries: list[dict] | None
     with timed(timings, "prefill"):
         logits, state = _prefill(model, [c[s:] for c, s in zip(contexts, starts)], starts, past,
                                  tok.pad_token_id, device)
+    nxt, was_live = None, [1] * B  # the tokens sampled last, and which rows were still live then
     for t in range(policy.max_new_tokens):
         if t > 0:
             with timed(timings, "decode"):
