@@ -23,3 +23,13 @@ def start_server():
     yield start
     for server in started:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def tiny_path(tmp_path_factory):
+    """A small tiny policy for BabyAI (a short warm-up), built once and only read by the tests."""
+    from tiny import build_tiny_policy
+
+    path = str(tmp_path_factory.mktemp("tiny"))
+    build_tiny_policy("babyai", path, warmup_steps=5, episodes=40)
+    return path

@@ -8,15 +8,7 @@ import tiny
 from agent import rollout
 from batch import make_batch, token_logprobs
 from envs import ENVS, EnvPool
-from tiny import build_tiny_policy
 from train import Config
-
-
-@pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory):
-    path = str(tmp_path_factory.mktemp("tiny"))
-    build_tiny_policy("babyai", path, warmup_steps=5, episodes=40)
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -10,14 +10,6 @@ import torch
 import tiny
 from agent import chat_ids, generate, rollout
 from envs import ENVS, EnvPool
-from tiny import build_tiny_policy
-
-
-@pytest.fixture(scope="module")
-def tiny_path(tmp_path_factory):
-    path = str(tmp_path_factory.mktemp("tiny"))
-    build_tiny_policy("babyai", path, warmup_steps=5, episodes=40)
-    return path
 
 
 @pytest.fixture(scope="module")
