@@ -48,8 +48,9 @@ def small_batch(masked: bool) -> Batch:
                  ref_logprobs=-torch.rand((B, T), generator=g) * 2 * mask)
 
 
-def gradients(algo_name: str, micro: int, masked: bool):
-    cfg = Config(algo=algo_name, micro_batch_size=micro, kl_coef=0.1, entropy_coef=0.01, temperature=0.9)
+def gradients(algo_name: str, micro: int, masked: bool, tokens: int = 0):
+    cfg = Config(algo=algo_name, micro_batch_size=micro, micro_batch_tokens=tokens, kl_coef=0.1,
+                 entropy_coef=0.01, temperature=0.9)
     algo, model = ALGOS[algo_name], small_model()
     state = algo.init(model, cfg, 1e-3) if algo.init else None
     if state is not None:
@@ -65,8 +66,8 @@ def gradients(algo_name: str, micro: int, masked: bool):
 @pytest.mark.parametrize("masked", [False, True])
 def test_micro_batched_gradients_equal_the_whole_minibatch(algo, masked):
     whole, whole_stats = gradients(algo, 0, masked)
-    for micro in (1, 4):
-        split, stats = gradients(algo, micro, masked)
+    for micro, tokens in ((1, 0), (4, 0), (0, 30)):
+        split, stats = gradients(algo, micro, masked, tokens)
         assert len(split) == len(whole) > 0
         for a, b in zip(split, whole):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
@@ -76,18 +77,29 @@ def test_micro_batched_gradients_equal_the_whole_minibatch(algo, masked):
 
 
 def test_micro_batches_cover_every_row_once_and_drop_only_padding():
-    batch = small_batch(masked=True)
-    micros = micro_batches(batch, 4)
-    assert [len(m) for m in micros] == [4, 2]
-    assert micros[1].input_ids.shape[1] == 12  # rows 4 and 5: their own longest row, not 14
-    assert sum(int(m.loss_mask.sum()) for m in micros) == int(batch.loss_mask.sum())
+    batch = small_batch(masked=True)  # row lengths 14, 9, 11, 6, 12, 8
+    micros = micro_batches(batch, rows=4)
+    assert [idx.tolist() for idx, _ in micros] == [[3, 5, 1, 2], [4, 0]]  # sorted by length
+    assert [m.input_ids.shape[1] for _, m in micros] == [11, 14]  # each its own longest row
+    for idx, m in micros:
+        torch.testing.assert_close(m.input_ids, batch.input_ids[idx, :m.input_ids.shape[1]])
+    # a token budget: rows x longest <= 24, and a row longer than the budget alone
+    micros = micro_batches(batch, tokens=24)
+    assert [idx.tolist() for idx, _ in micros] == [[3, 5], [1, 2], [4], [0]]
+    assert all(len(m) * m.input_ids.shape[1] <= 24 for _, m in micros)
+    micros = micro_batches(batch, tokens=10)
+    assert [len(idx) for idx, _ in micros] == [1] * 6
+    every = torch.cat([idx for idx, _ in micros]).sort().values
+    assert every.tolist() == list(range(len(batch)))
+    assert sum(int(m.loss_mask.sum()) for _, m in micros) == int(batch.loss_mask.sum())
 
 
 def test_reference_logprobs_in_micro_batches_equal_one_pass():
     model, batch = small_model(), small_batch(masked=True)
-    whole = reference_logprobs(model, batch, Config(micro_batch_size=0))
-    for micro in (1, 4):
-        torch.testing.assert_close(reference_logprobs(model, batch, Config(micro_batch_size=micro)), whole)
+    whole = reference_logprobs(model, batch, Config(micro_batch_size=0, micro_batch_tokens=0))
+    for micro, tokens in ((1, 0), (4, 0), (0, 24)):
+        cfg = Config(micro_batch_size=micro, micro_batch_tokens=tokens)
+        torch.testing.assert_close(reference_logprobs(model, batch, cfg), whole)
     assert torch.all(whole[batch.loss_mask == 0] == 0) and torch.all(whole[batch.loss_mask == 1] < 0)
 
 
@@ -99,7 +111,7 @@ def test_a_training_step_with_micro_batches_and_checkpointing_lands_on_the_same_
     from train import train
 
     weights = []
-    for name, kw in [("plain", {}), ("split", dict(micro_batch_size=1, gradient_checkpointing=True))]:
+    for name, kw in [("plain", dict(micro_batch_tokens=0)), ("split", dict(micro_batch_size=1, gradient_checkpointing=True))]:
         train(Config(steps=1, tasks_per_step=2, group_size=2, minibatch_size=4, eval_episodes=0, rounds="2",
                      out=str(tmp_path / name), **kw))
         weights.append(load_file(str(tmp_path / name / "checkpoint" / "model.safetensors")))
