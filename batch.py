@@ -117,15 +117,37 @@ def token_logprobs(model, batch: Batch, temperature: float = 1.0, with_entropy: 
     """Log-prob of each agent token given the tokens before it, under the same (masked, temperature-
     scaled) distribution it was sampled from, and the entropy of that distribution. Returns (B, T)
     log-probs and, if asked, (B, T) entropies, at the agent tokens (loss mask 1); 0 elsewhere.
-    Computed by `logprobs.agent_logprobs`: only agent positions reach the LM head, in chunks."""
-    rows, cols = predicting_positions(batch.loss_mask)
-    allowed = None if batch.allowed is None else batch.allowed[rows, cols]  # (N, K)
+    Computed by `logprobs.agent_logprobs`: only agent positions reach the LM head, in chunks.
+
+    Identical rows are computed once (a GRPO group's rollouts that chose the same actions: a fifth
+    of the demo's tokens): every copy reads the one result, and backward adds up the copies'
+    gradients, exactly as if each had been computed on its own."""
+    first, copies = unique_rows(batch)
+    one = batch.select(first) if len(first) < len(batch) else batch
+    rows, cols = predicting_positions(one.loss_mask)
+    allowed = None if one.allowed is None else one.allowed[rows, cols]  # (N, K)
     # a plain model, or a `logprobs.LogprobForward` (maybe wrapped by DDP/FSDP: train.py's update)
     run = model if not hasattr(model, "get_decoder") else lambda *a: agent_logprobs(model, *a)
-    logp, ent = run(batch.input_ids, batch.attention_mask, rows, cols, temperature, allowed, with_entropy)  # (N,)
+    logp, ent = run(one.input_ids, one.attention_mask, rows, cols, temperature, allowed, with_entropy)  # (N,)
 
     def grid(x):  # (N,) -> (B, T), differentiable
         where = (rows.to(x.device), cols.to(x.device))
-        return torch.zeros(batch.loss_mask.shape, device=x.device, dtype=x.dtype).index_put(where, x)
+        return torch.zeros(one.loss_mask.shape, device=x.device, dtype=x.dtype).index_put(where, x)[copies.to(x.device)]
 
     return grid(logp), grid(ent) if with_entropy else None
+
+
+def unique_rows(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(first, copies): the first row of each distinct row (same tokens, loss mask and allowed ids)
+    and, for every row, which of those it equals; batch.select(first)[copies] is the batch again."""
+    key = [batch.input_ids * batch.attention_mask, batch.attention_mask, batch.loss_mask.long()]
+    if batch.allowed is not None:
+        key.append(batch.allowed.flatten(1))
+    _, copies = torch.unique(torch.cat(key, dim=1), dim=0, return_inverse=True)
+    first = torch.full((int(copies.max()) + 1,), len(batch), dtype=torch.long)
+    first = first.scatter_reduce(0, copies, torch.arange(len(batch)), reduce="amin")
+    # number the distinct rows in order of their first appearance (keeps the batch's row order)
+    order = first.argsort()
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(len(order))
+    return first[order], rank[copies]

@@ -120,3 +120,39 @@ def test_a_training_step_with_micro_batches_and_checkpointing_lands_on_the_same_
     assert metrics[1]["perf/peak_memory_gb"] > 0 and metrics[1]["perf/update_tokens_per_s"] > 0
     for k in weights[0]:
         torch.testing.assert_close(weights[1][k], weights[0][k], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_identical_rows_computed_once_give_each_copy_its_own_logprobs_and_gradients(masked):
+    """token_logprobs runs the model on distinct rows only; every copy must still read the log-probs,
+    entropies and gradients it would have had on its own (here: against row-by-row passes)."""
+    from batch import token_logprobs, unique_rows
+
+    batch = small_batch(masked)
+    picks = torch.tensor([0, 1, 0, 2, 3, 1, 4, 5, 5, 0])
+    dup = batch.select(picks)
+    first, copies = unique_rows(dup)
+    assert first.tolist() == [0, 1, 3, 4, 6, 7] and copies.tolist() == [0, 1, 0, 2, 3, 1, 4, 5, 5, 0]
+    weights = torch.rand(dup.loss_mask.shape, generator=torch.Generator().manual_seed(1))
+
+    def grads(fn):
+        model = small_model()
+        logp, ent = fn(model)
+        ((logp + 0.1 * ent) * weights).sum().backward()
+        return logp.detach(), [p.grad for p in model.parameters() if p.grad is not None]
+
+    def each_alone(model):
+        parts = [token_logprobs(model, dup.select(torch.tensor([b])), 0.9, with_entropy=True) for b in range(len(dup))]
+        return torch.cat([lp for lp, _ in parts]), torch.cat([e for _, e in parts])
+
+    once, g_once = grads(lambda m: token_logprobs(m, dup, 0.9, with_entropy=True))
+    alone, g_alone = grads(each_alone)
+    torch.testing.assert_close(once, alone, rtol=1e-5, atol=1e-6)
+    assert torch.all(once[2] == once[0]) and torch.all(once[9] == once[0])
+    for a, b in zip(g_once, g_alone):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+    # rows that differ only in the allowed ids are not merged
+    if masked:
+        other = dup.select(torch.tensor([0, 2]))
+        other.allowed[1, other.loss_mask[1].nonzero()[0, 0], 1] += 1
+        assert len(unique_rows(other)[0]) == 2
