@@ -9,7 +9,9 @@ reachable). Prints the estimated peak of a rollout and of an update, first addin
 train.py one at a time, then removing each one from the full set:
 
     chunked      log-probs at agent tokens in chunks (logprobs.py) instead of (B, T, V) logits
-    micro        --micro-batch-size: rows per forward/backward (gradient accumulation)
+    micro        --micro-batch-size: rows per forward/backward (gradient accumulation); without
+                 it the plan takes the whole minibatch at once (--micro-batch-tokens 0), an upper
+                 bound: train.py's default token budget already cuts micro-batches of long rows
     ckpt         --gradient-checkpointing: keep each layer's input, recompute the rest in backward
     bf16         --mixed-precision bf16: activations and KV cache in 2 bytes (weights stay fp32)
     ref-cpu      --ref-device cpu: the frozen reference model off the accelerator

@@ -79,11 +79,11 @@ def test_malformed_and_deeply_nested_json(target):
 
 def test_nan_infinity_and_lone_surrogates(target):
     t = target
-    reset = [f'{{"id": NaN, "data_idx": 0}}', f'{{"id": {t.id}, "data_idx": NaN}}',
+    reset = ['{"id": NaN, "data_idx": 0}', f'{{"id": {t.id}, "data_idx": NaN}}',
              f'{{"id": {t.id}, "data_idx": Infinity}}', f'{{"id": {t.id}, "data_idx": -Infinity}}',
-             f'{{"id": {t.id}, "data_idx": 0, "\\ud800": 1}}', f'{{"id": "\\ud800"}}',
+             f'{{"id": {t.id}, "data_idx": 0, "\\ud800": 1}}', '{"id": "\\ud800"}',
              f'{{"id": {t.id}, "idx": "\\udc00"}}']
-    step = [f'{{"id": NaN, "action": "x"}}', f'{{"id": {t.id}, "action": NaN}}',
+    step = ['{"id": NaN, "action": "x"}', f'{{"id": {t.id}, "action": NaN}}',
             f'{{"id": {t.id}, "action": "\\ud800"}}', f'{{"id": {t.id}, "action": "go \\udfff now"}}',
             f'{{"id": {t.id}, "action": "x", "\\ud800": "\\ud800"}}']
     for path, bodies in (("/reset", reset), ("/step", step)):

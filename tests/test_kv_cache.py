@@ -80,3 +80,33 @@ def test_bucketed_prefill_equals_each_prompt_alone(tiny_path, make):
         torch.testing.assert_close(torch.tensor(lp[k]), torch.tensor(lp1[0]), atol=1e-4, rtol=0)
     # the cache holds each prompt and the reply's tokens fed back so far (all but perhaps the last)
     assert all(len(c) + len(r) - 1 <= n <= len(c) + len(r) for c, r, n in zip(contexts, ids, state.n))
+
+
+@pytest.mark.parametrize("make", [tiny_policy, llama_policy], ids=["tiny-qwen2", "random-llama"])
+def test_a_compacted_cache_has_no_holes_and_continues_the_same_way(tiny_path, make):
+    """After a turn the cache has holes (prompts of different lengths, rows that stopped early);
+    `compact()` keeps each row's tokens only, right-aligned, and the next turn generates the same."""
+    import copy
+
+    policy = make(tiny_path)
+    policy.mask_actions, policy.max_new_tokens = False, 6
+    tok = policy.tokenizer
+    texts = ["turn left", "You see a grey key 1 step ahead. " * 4, "move forward " * 3]
+    contexts = [chat_ids(tok, [{"role": "user", "content": t}]) for t in texts]
+    streams, state = contexts, None
+    for turn in range(2):  # turn 2's new tokens, right-aligned, leave holes mid-row
+        ids, _, _, _, state = generate(policy, streams, past=state)
+        streams = [c + i + chat_ids(tok, [{"role": "user", "content": "go on " * (3 * k + turn + 1)}])[1:]
+                   for k, (c, i) in enumerate(zip(streams, ids))]
+    holed = copy.deepcopy(state)
+    tight = state.compact()
+    width = int(tight.attn.sum(-1).max())
+    assert tight.attn.shape[1] == width < holed.attn.shape[1]
+    assert tight.n == holed.n and tight.attn.sum(-1).tolist() == holed.attn.sum(-1).tolist()
+    for row, k in zip(tight.attn, tight.attn.sum(-1).tolist()):  # left padding, then the row's tokens
+        assert row[:width - k].sum() == 0 and row[width - k:].all()
+    a = generate(policy, streams, past=tight)
+    b = generate(policy, streams, past=holed)
+    assert a[0] == b[0]
+    for x, y in zip(a[1], b[1]):
+        torch.testing.assert_close(torch.tensor(x), torch.tensor(y), atol=1e-4, rtol=0)
