@@ -248,8 +248,8 @@ class Encoded:
         B, T = self.attn.shape
         count = self.attn.sum(-1)  # (B,) real columns per row
         width = int(count.max()) if B else 0
-        if width == T:
-            return self  # nothing to drop (no row has a hole where another has a token)
+        if width == T or any(layer.keys.shape[-2] != T for layer in self.cache.layers):
+            return self  # nothing to drop; or a sliding-window layer, which keeps only its last columns
         b, src = self.attn.nonzero(as_tuple=True)  # row-major: each row's columns in order
         dst = (width - count)[b] + (self.attn.cumsum(-1) - 1)[b, src]
         attn = torch.zeros((B, width), dtype=self.attn.dtype, device=self.attn.device)
