@@ -31,6 +31,7 @@ available actions, sampling is restricted to them by a prefix tree over their to
 same mask is applied when log-probs are recomputed in the update, so the policy ratio is exact.
 """
 
+import copy
 import functools
 from dataclasses import dataclass, field
 
@@ -248,7 +249,7 @@ class Encoded:
         B, T = self.attn.shape
         count = self.attn.sum(-1)  # (B,) real columns per row
         width = int(count.max()) if B else 0
-        if width == T or any(layer.keys.shape[-2] != T for layer in self.cache.layers):
+        if width == T or not self.full_width():
             return self  # nothing to drop; or a sliding-window layer, which keeps only its last columns
         b, src = self.attn.nonzero(as_tuple=True)  # row-major: each row's columns in order
         dst = (width - count)[b] + (self.attn.cumsum(-1) - 1)[b, src]
@@ -261,6 +262,19 @@ class Encoded:
                 out[b, :, dst] = x[b, :, src]
                 setattr(layer, name, out)
         return Encoded(self.cache, attn, self.n)
+
+    def rows(self, rows: list[int]) -> "Encoded":
+        """A compacted copy of the rows `rows`, in that order; this state is left as it is."""
+        idx = torch.tensor(rows, device=self.attn.device)
+        cache = copy.copy(self.cache)
+        cache.layers = [copy.copy(layer) for layer in self.cache.layers]
+        for layer in cache.layers:
+            layer.keys, layer.values = layer.keys[idx], layer.values[idx]
+        return Encoded(cache, self.attn[idx], [self.n[i] for i in rows]).compact()
+
+    def full_width(self) -> bool:
+        """Whether every layer holds every column (not a sliding window's last ones only)."""
+        return all(layer.keys.shape[-2] == self.attn.shape[1] for layer in self.cache.layers)
 
 
 def _encode(model, news: list[list[int]], starts: list[int], past: Encoded | None, pad: int, device):
@@ -286,15 +300,16 @@ BUCKET_SPREAD = 1.25  # a prefill bucket's longest prompt is at most this times 
 
 def _prefill(model, news, starts, past, pad, device):
     """`_encode`, but fresh prompts are encoded once each (GRPO's group of rollouts of one task
-    starts from one prompt: its cache rows are copies), and prompts of very different lengths in
-    buckets of similar length: left padding to the longest prompt would otherwise cost up to 2x
-    the tokens (the prefill's cost is per token). The buckets' caches are then joined, each
-    left-padded with masked zero columns, into one batch for decoding. Row order is kept."""
-    if past is not None or len(news) == 1:
+    starts from one prompt: its cache rows are copies), and new tokens of very different lengths
+    (fresh prompts, or a turn's observations after a kept cache) in buckets of similar length:
+    padding to the longest would otherwise cost up to 2x the tokens (the prefill's cost is per
+    token). The buckets' caches are then joined, each left-padded with masked zero columns, into
+    one batch for decoding. Row order is kept."""
+    if len(news) == 1 or (past is not None and not past.full_width()):
         return _encode(model, news, starts, past, pad, device)
     first: dict[tuple, int] = {}
     where = [first.setdefault(tuple(x), len(first)) for x in news]
-    if len(first) < len(news):
+    if past is None and len(first) < len(news):
         unique = [list(x) for x in first]
         logits, state = _prefill(model, unique, [0] * len(unique), None, pad, device)
         return logits[torch.tensor(where, device=device)], state.select(where)
@@ -308,7 +323,8 @@ def _prefill(model, news, starts, past, pad, device):
     buckets.append(cur)
     if len(buckets) == 1:
         return _encode(model, news, starts, past, pad, device)
-    parts = [_encode(model, [news[i] for i in b], [starts[i] for i in b], None, pad, device) for b in buckets]
+    parts = [_encode(model, [news[i] for i in b], [starts[i] for i in b], past.rows(b) if past is not None else None, pad, device)
+             for b in buckets]
     T = max(st.attn.shape[1] for _, st in parts)
     inverse = torch.empty(len(news), dtype=torch.long)
     inverse[torch.tensor([i for b in buckets for i in b])] = torch.arange(len(news))

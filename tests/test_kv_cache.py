@@ -83,11 +83,15 @@ def test_bucketed_prefill_equals_each_prompt_alone(tiny_path, make):
 
 
 @pytest.mark.parametrize("make", [tiny_policy, llama_policy], ids=["tiny-qwen2", "random-llama"])
-def test_a_compacted_cache_has_no_holes_and_continues_the_same_way(tiny_path, make):
-    """After a turn the cache has holes (prompts of different lengths, rows that stopped early);
-    `compact()` keeps each row's tokens only, right-aligned, and the next turn generates the same."""
+def test_a_compacted_cache_has_no_holes_and_continues_the_same_way(tiny_path, make, monkeypatch):
+    """After a turn the cache has holes (new tokens of different lengths in one batch, rows that
+    stopped early); `compact()` keeps each row's tokens only, right-aligned, and the next turn
+    generates the same."""
     import copy
 
+    import agent
+
+    monkeypatch.setattr(agent, "BUCKET_SPREAD", float("inf"))  # one bucket: each turn pads its new tokens
     policy = make(tiny_path)
     policy.mask_actions, policy.max_new_tokens = False, 6
     tok = policy.tokenizer
@@ -109,4 +113,24 @@ def test_a_compacted_cache_has_no_holes_and_continues_the_same_way(tiny_path, ma
     b = generate(policy, streams, past=holed)
     assert a[0] == b[0]
     for x, y in zip(a[1], b[1]):
+        torch.testing.assert_close(torch.tensor(x), torch.tensor(y), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("make", [tiny_policy, llama_policy], ids=["tiny-qwen2", "random-llama"])
+def test_new_tokens_bucketed_after_a_kept_cache_equal_a_fresh_pass(tiny_path, make):
+    """A turn whose new observations range from a few tokens to many (several buckets, each on its
+    rows' share of the kept cache, joined again) gives what encoding each whole stream afresh gives."""
+    policy = make(tiny_path)
+    policy.mask_actions, policy.max_new_tokens = False, 5
+    tok = policy.tokenizer
+    texts = ["turn left", "move forward " * 5, "pick up", "go to the red ball", "toggle", "drop " * 3]
+    contexts = [chat_ids(tok, [{"role": "user", "content": t}]) for t in texts]
+    ids, _, _, _, state = generate(policy, contexts)
+    news = [chat_ids(tok, [{"role": "user", "content": "go on " * n}])[1:] for n in (40, 1, 12, 2, 41, 13)]
+    streams = [c + i + x for c, i, x in zip(contexts, ids, news)]
+    assert max(map(len, news)) > 3 * min(map(len, news))
+    kept = generate(policy, streams, past=state)
+    fresh = generate(policy, streams)
+    assert kept[0] == fresh[0]
+    for x, y in zip(kept[1], fresh[1]):
         torch.testing.assert_close(torch.tensor(x), torch.tensor(y), atol=1e-4, rtol=0)
