@@ -19,19 +19,18 @@ the outcome reward belongs to the agent's last token (see README, "the reference
 reward"). With `context_turns=K > 0` the agent sees only its last K turns (the tiny policy uses
 K=1: the current observation); each turn is then its own sequence ("row"), rows in turn order.
 
-Whole-conversation episodes keep their KV cache from turn to turn (`Encoded`): each turn encodes
-only the tokens the stream gained (the last reply's final token, the glue and the new
-observation), at the positions they have in the stream, so the model conditions on exactly the
-stored trajectory tokens, as if the whole stream were encoded afresh (tests/test_kv_cache.py).
-Fresh prompts (the first turn, or every turn with K > 0) are encoded once per distinct prompt and
-in buckets of similar length (`_prefill`): the prefill's cost is per token, padding included.
+Whole-conversation episodes keep their KV cache from turn to turn (`kv_cache.Encoded`): each
+turn encodes only the tokens the stream gained (the last reply's final token, the glue and the
+new observation), at the positions they have in the stream, so the model conditions on exactly
+the stored trajectory tokens, as if the whole stream were encoded afresh (tests/test_kv_cache.py).
+What each turn encodes goes in buckets of similar length, fresh prompts once per distinct prompt
+(`kv_cache.prefill`): the prefill's cost is per token, padding included.
 
 Invalid-action masking (an option, on for the `tiny` policy): when the environment lists its
 available actions, sampling is restricted to them by a prefix tree over their token ids; the
 same mask is applied when log-probs are recomputed in the update, so the policy ratio is exact.
 """
 
-import copy
 import functools
 from dataclasses import dataclass, field
 
@@ -40,6 +39,7 @@ import torch.nn.functional as F
 
 from batch import Row
 from envs import EnvPool, EnvSpec
+from kv_cache import Encoded, prefill
 from timing import timed
 
 
@@ -220,130 +220,6 @@ def _allowed(node: dict) -> list[int]:
     return [k for k in node if k is not None]
 
 
-@dataclass
-class Encoded:
-    """A batch of token streams whose first `n[i]` tokens are in a KV cache, for the next turn to
-    extend instead of encoding the stream again (whole-conversation mode). A column of `attn` is 0
-    where it holds no stream token: left padding, and the tokens fed after a row had finished
-    while other rows went on (each row's own tokens sit in order; position ids are given
-    explicitly, so such holes change nothing the model computes for the real tokens)."""
-
-    cache: object  # transformers' DynamicCache: per layer (B, heads, T, head_dim)
-    attn: torch.Tensor  # (B, T)
-    n: list[int]  # per row: how many of its stream's tokens the cache holds
-
-    def select(self, rows: list[int]) -> "Encoded":
-        """The rows `rows`, in that order (episodes that ended are dropped)."""
-        idx = torch.tensor(rows, device=self.attn.device)
-        self.cache.batch_select_indices(idx)
-        return Encoded(self.cache, self.attn[idx], [self.n[i] for i in rows])
-
-    def compact(self) -> "Encoded":
-        """The same streams without their holes: each row's cached tokens moved, in order, to the
-        right end of a cache as wide as the longest row (left padding only). Without this a
-        cache grows by every turn's longest observation and longest reply, whatever each row's
-        own were, and every later forward attends over the padding (32 BabyAI episodes, turn 5:
-        1131 columns for at most 867 tokens in any row; compacted, 912). Moving a cached key
-        changes nothing: its position is already rotated into it, and the mask says which
-        columns count."""
-        B, T = self.attn.shape
-        count = self.attn.sum(-1)  # (B,) real columns per row
-        width = int(count.max()) if B else 0
-        if width == T or not self.full_width():
-            return self  # nothing to drop; or a sliding-window layer, which keeps only its last columns
-        b, src = self.attn.nonzero(as_tuple=True)  # row-major: each row's columns in order
-        dst = (width - count)[b] + (self.attn.cumsum(-1) - 1)[b, src]
-        attn = torch.zeros((B, width), dtype=self.attn.dtype, device=self.attn.device)
-        attn[b, dst] = 1
-        for layer in self.cache.layers:
-            for name in ("keys", "values"):
-                x = getattr(layer, name)  # (B, heads, T, head_dim)
-                out = x.new_zeros((B, x.shape[1], width, x.shape[3]))
-                out[b, :, dst] = x[b, :, src]
-                setattr(layer, name, out)
-        return Encoded(self.cache, attn, self.n)
-
-    def rows(self, rows: list[int]) -> "Encoded":
-        """A compacted copy of the rows `rows`, in that order; this state is left as it is."""
-        idx = torch.tensor(rows, device=self.attn.device)
-        cache = copy.copy(self.cache)
-        cache.layers = [copy.copy(layer) for layer in self.cache.layers]
-        for layer in cache.layers:
-            layer.keys, layer.values = layer.keys[idx], layer.values[idx]
-        return Encoded(cache, self.attn[idx], [self.n[i] for i in rows]).compact()
-
-    def full_width(self) -> bool:
-        """Whether every layer holds every column (not a sliding window's last ones only)."""
-        return all(layer.keys.shape[-2] == self.attn.shape[1] for layer in self.cache.layers)
-
-
-def _encode(model, news: list[list[int]], starts: list[int], past: Encoded | None, pad: int, device):
-    """One forward over each row's new tokens (right-aligned, so that every row's last token is
-    in the last column), appended to `past`. Returns the next-token logits (B, V) and the state."""
-    B, W = len(news), max(len(x) for x in news)
-    ids = torch.full((B, W), pad, dtype=torch.long)
-    new_attn = torch.zeros((B, W), dtype=torch.long)
-    pos = torch.zeros((B, W), dtype=torch.long)
-    for i, (x, s) in enumerate(zip(news, starts)):
-        ids[i, W - len(x):] = torch.tensor(x)
-        new_attn[i, W - len(x):] = 1
-        pos[i, W - len(x):] = torch.arange(s, s + len(x))
-    new_attn = new_attn.to(device)
-    attn = new_attn if past is None else torch.cat([past.attn, new_attn], dim=1)
-    out = model(input_ids=ids.to(device), attention_mask=attn, position_ids=pos.to(device),
-                cache=past.cache if past is not None else None, use_cache=True, logits_to_keep=1)
-    return out.logits[:, -1, :], Encoded(out.cache, attn, [s + len(x) for s, x in zip(starts, news)])
-
-
-BUCKET_SPREAD = 1.25  # a prefill bucket's longest prompt is at most this times its shortest
-
-
-def _prefill(model, news, starts, past, pad, device):
-    """`_encode`, but fresh prompts are encoded once each (GRPO's group of rollouts of one task
-    starts from one prompt: its cache rows are copies), and new tokens of very different lengths
-    (fresh prompts, or a turn's observations after a kept cache) in buckets of similar length:
-    padding to the longest would otherwise cost up to 2x the tokens (the prefill's cost is per
-    token). The buckets' caches are then joined, each left-padded with masked zero columns, into
-    one batch for decoding. Row order is kept."""
-    if len(news) == 1 or (past is not None and not past.full_width()):
-        return _encode(model, news, starts, past, pad, device)
-    first: dict[tuple, int] = {}
-    where = [first.setdefault(tuple(x), len(first)) for x in news]
-    if past is None and len(first) < len(news):
-        unique = [list(x) for x in first]
-        logits, state = _prefill(model, unique, [0] * len(unique), None, pad, device)
-        return logits[torch.tensor(where, device=device)], state.select(where)
-    order = sorted(range(len(news)), key=lambda i: len(news[i]))
-    buckets, cur = [], [order[0]]
-    for i in order[1:]:
-        if len(news[i]) > BUCKET_SPREAD * len(news[cur[0]]):
-            buckets.append(cur)
-            cur = []
-        cur.append(i)
-    buckets.append(cur)
-    if len(buckets) == 1:
-        return _encode(model, news, starts, past, pad, device)
-    parts = [_encode(model, [news[i] for i in b], [starts[i] for i in b], past.rows(b) if past is not None else None, pad, device)
-             for b in buckets]
-    T = max(st.attn.shape[1] for _, st in parts)
-    inverse = torch.empty(len(news), dtype=torch.long)
-    inverse[torch.tensor([i for b in buckets for i in b])] = torch.arange(len(news))
-    inverse = inverse.to(device)
-    left = lambda x, T=T: F.pad(x, (0, 0, T - x.shape[-2], 0)) if x.dim() == 4 else F.pad(x, (T - x.shape[-1], 0))  # noqa: E731
-    cache = parts[-1][1].cache
-    for layer, *others in zip(cache.layers, *(st.cache.layers for _, st in parts[:-1])):
-        group = others + [layer]
-        layer.keys = torch.cat([left(g.keys) for g in group])[inverse]
-        layer.values = torch.cat([left(g.values) for g in group])[inverse]
-    attn = torch.cat([left(st.attn) for _, st in parts])[inverse]
-    logits = torch.cat([lg for lg, _ in parts])[inverse]
-    n = [0] * len(news)
-    for b, (_, st) in zip(buckets, parts):
-        for i, k in zip(b, st.n):
-            n[i] = k
-    return logits, Encoded(cache, attn, n)
-
-
 @torch.no_grad()
 def generate(policy: Policy, contexts: list[list[int]], tries: list[dict] | None = None,
              timings: dict | None = None, past: Encoded | None = None):
@@ -367,7 +243,7 @@ def generate(policy: Policy, contexts: list[list[int]], tries: list[dict] | None
     texts = [None] * B
     finished = [False] * B
     with timed(timings, "prefill"):
-        logits, state = _prefill(model, [c[s:] for c, s in zip(contexts, starts)], starts, past,
+        logits, state = prefill(model, [c[s:] for c, s in zip(contexts, starts)], starts, past,
                                  tok.pad_token_id, device)
     nxt, was_live = None, [1] * B  # the tokens sampled last, and which rows were still live then
     for t in range(policy.max_new_tokens):

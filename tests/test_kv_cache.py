@@ -89,9 +89,9 @@ def test_a_compacted_cache_has_no_holes_and_continues_the_same_way(tiny_path, ma
     generates the same."""
     import copy
 
-    import agent
+    import kv_cache
 
-    monkeypatch.setattr(agent, "BUCKET_SPREAD", float("inf"))  # one bucket: each turn pads its new tokens
+    monkeypatch.setattr(kv_cache, "BUCKET_SPREAD", float("inf"))  # one bucket: each turn pads its new tokens
     policy = make(tiny_path)
     policy.mask_actions, policy.max_new_tokens = False, 6
     tok = policy.tokenizer
