@@ -21,6 +21,9 @@ its exp and the entropy's product each add one (issue 12). Here instead:
        (C, V) at a time. Under autograd each chunk is checkpointed: backward recomputes its logits
        instead of keeping them, so the peak is a few (C, V) tensors, never (N, V) or (B, T, V).
 
+Rows that start with the same prompt (a GRPO group's first observation) run it once in step 1
+(`agent_states`): its keys and values are copied to each row, and only the rest of each row runs.
+
 Observation and template tokens never reach the LM head at all. With action masking the mask of a
 position is rebuilt per chunk from the ids allowed there, stored as a small (..., K) id list padded
 with -1 (K = the most ids allowed at any one position), never as a (B, T, V) boolean.
@@ -28,6 +31,8 @@ with -1 (K = the most ids allowed at any one position), never as a (B, T, V) boo
 `full_logprobs` is the plain computation over every position, kept as the reference for the parity
 tests and as the "before" of `benchmarks/update_memory.py`.
 """
+
+import copy
 
 import torch
 import torch.nn.functional as F
@@ -100,8 +105,7 @@ def agent_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     device = next(model.parameters()).device
     ids, attn = input_ids.to(device), attention_mask.to(device)
     rows, cols = rows.to(device), cols.to(device)
-    h = model.get_decoder()(input_ids=ids, attention_mask=attn, position_ids=position_ids(attn)).last_hidden_state
-    h = h[rows, cols - 1]  # (N, H): the state that predicts each agent token
+    h = agent_states(model, ids, attn, rows, cols)  # (N, H): the state that predicts each agent token
     targets = ids[rows, cols]  # (N,)
     C = chunk_size or default_chunk(model.config.vocab_size)
     grad = torch.is_grad_enabled() and h.requires_grad
@@ -118,6 +122,60 @@ def agent_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
         return zero, zero if with_entropy else None
     logp = torch.cat(logps)
     return logp, torch.cat(ents) if with_entropy else None
+
+
+def agent_states(model, ids: torch.Tensor, attn: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """(N, H) decoder outputs at (rows, cols - 1), the states that predict the agent tokens.
+
+    Rows whose prompts are the same (the tokens before a row's first agent token: a GRPO group's
+    first observation, or one observation that several rollouts answered, half the tiny demo's
+    tokens) run that prompt once. Its keys and values are then copied to each of its rows, and only
+    the rest of each row runs, on top of them:
+
+        prompts  (U, P) left-padded      -> states (U, P, H), cache per layer (U, heads, P, d)
+        the rest (R, C) right-padded     -> states (R, C, H), attending to cache[which]
+
+    The same numbers as one pass over every row (tests/test_logprobs.py, gradients included: they
+    flow back through the copies into the prompt's pass). One pass when no prompt repeats, and
+    under gradient checkpointing (which runs without a cache).
+    """
+    decoder = model.get_decoder()
+    first = torch.full((ids.shape[0],), ids.shape[1], device=ids.device).scatter_reduce(0, rows, cols, "amin")
+    live = rows.unique().tolist()  # the rows with agent tokens, in order
+    prompts: dict[tuple, int] = {}
+    which = [prompts.setdefault(tuple(ids[b, :first[b]].tolist()), len(prompts)) for b in live]
+    if len(prompts) == len(live) or (model.training and getattr(model, "is_gradient_checkpointing", False)):
+        h = decoder(input_ids=ids, attention_mask=attn, position_ids=position_ids(attn)).last_hidden_state
+        return h[rows, cols - 1]
+    U, P = len(prompts), max(map(len, prompts))
+    p_ids = torch.zeros((U, P), dtype=ids.dtype, device=ids.device)
+    p_attn = torch.zeros((U, P), dtype=attn.dtype, device=ids.device)
+    for x, u in prompts.items():
+        p_ids[u, P - len(x):] = torch.tensor(x, device=ids.device)
+        p_attn[u, P - len(x):] = 1
+    out = decoder(input_ids=p_ids, attention_mask=p_attn, position_ids=position_ids(p_attn), use_cache=True)
+    which_t = torch.tensor(which, device=ids.device)
+    cache = copy.copy(out.cache)  # each row's copy of its prompt's keys and values (differentiable)
+    cache.layers = [copy.copy(layer) for layer in out.cache.layers]
+    for layer in cache.layers:
+        layer.keys, layer.values = layer.keys[which_t], layer.values[which_t]
+    live_t = torch.tensor(live, device=ids.device)
+    start, end = first[live_t], attn[live_t].sum(-1)  # (R,) where each row's rest begins and ends
+    C = int((end - start).max())
+    col = start.unsqueeze(-1) + torch.arange(C, device=ids.device)  # (R, C) the rest's columns
+    r_attn = (col < end.unsqueeze(-1)).to(attn.dtype)
+    r_ids = ids[live_t.unsqueeze(-1), col.clamp(max=ids.shape[1] - 1)] * r_attn
+    h_rest = decoder(input_ids=r_ids, attention_mask=torch.cat([p_attn[which_t], r_attn], dim=1),
+                     position_ids=col, cache=cache, use_cache=True).last_hidden_state  # (R, C, H)
+    # agent token (b, t) is predicted from column t - 1: the prompt's last state when t is b's
+    # first agent column, else the rest's state at t - 1 - first[b]
+    at = torch.empty(ids.shape[0], dtype=torch.long, device=ids.device)
+    at[live_t] = torch.arange(len(live), device=ids.device)
+    k = at[rows]  # (N,) each agent token's row among `live`
+    j = cols - 1 - first[rows]
+    from_prompt = out.last_hidden_state[which_t[k], P - 1]  # (N, H)
+    from_rest = h_rest[k, j.clamp(min=0)]  # (N, H)
+    return torch.where((j < 0).unsqueeze(-1), from_prompt, from_rest)
 
 
 class LogprobForward(torch.nn.Module):

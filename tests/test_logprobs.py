@@ -115,3 +115,59 @@ def test_no_agent_tokens_gives_an_empty_result_that_backward_accepts():
     lp, ent = agent_logprobs(model, ids, attn, rows, cols, with_entropy=True)
     assert lp.shape == ent.shape == (0,)
     (lp.sum() + ent.sum()).backward()
+
+
+def shared_prompt_batch(masked: bool):
+    """6 right-padded rows over 3 prompts of different lengths (rows 0, 2, 5 share one, rows 1, 4
+    another, row 3 its own), each answered differently and at different lengths, one row with two
+    agent spans, one row with no agent token at all (its prompt repeats another's)."""
+    g = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(1, V, (n,), generator=g) for n in (9, 5, 12)]
+    plan = [(0, 4), (1, 7), (0, 2), (2, 3), (1, 10), (0, 6), (1, 0)]  # (prompt, rest length)
+    B, T = len(plan), max(len(prompts[p]) + n for p, n in plan)
+    ids = torch.zeros((B, T), dtype=torch.long)
+    attn = torch.zeros((B, T), dtype=torch.long)
+    loss_mask = torch.zeros((B, T))
+    for b, (p, n) in enumerate(plan):
+        k = len(prompts[p])
+        ids[b, :k + n] = torch.cat([prompts[p], torch.randint(1, V, (n,), generator=g)])
+        attn[b, :k + n] = 1
+        loss_mask[b, k:k + n] = 1
+        if n >= 7:  # an observation in the middle of the rest: two agent spans
+            loss_mask[b, k + 3:k + 5] = 0
+    allowed_list, allowed_mask = None, None
+    if masked:
+        allowed_list = torch.full((B, T, 3), -1, dtype=torch.long)
+        allowed_mask = torch.ones((B, T, V), dtype=torch.bool)
+        for b, t in loss_mask.nonzero().tolist():
+            ok = torch.randint(0, V, (3,), generator=g)
+            ok[0] = ids[b, t]
+            allowed_list[b, t] = ok
+            allowed_mask[b, t] = False
+            allowed_mask[b, t, ok] = True
+    return ids, attn, loss_mask, allowed_list, allowed_mask
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "llama"])
+@pytest.mark.parametrize("masked", [False, True])
+def test_a_shared_prompt_runs_once_and_gives_every_row_the_plain_logprobs_and_gradients(kind, masked):
+    ids, attn, loss_mask, allowed_list, allowed_mask = shared_prompt_batch(masked)
+    rows, cols = predicting_positions(loss_mask)
+    w = torch.randn(len(rows), generator=torch.Generator().manual_seed(4))
+
+    model = small_model(kind)
+    batches = []
+    model.get_decoder().register_forward_hook(lambda m, i, kw, o: batches.append(kw["input_ids"].shape), with_kwargs=True)
+    lp, ent = agent_logprobs(model, ids, attn, rows, cols, temperature=0.8,
+                             allowed=allowed_list[rows, cols] if masked else None, with_entropy=True)
+    assert batches[0][0] == 3 and batches[1][0] == 6  # 3 prompts once, then the 6 rows with agent tokens
+    (-(w * lp).mean() - 0.1 * ent.mean()).backward()
+    shared = {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    model = small_model(kind)
+    ref_lp, ref_ent = full_logprobs(model, ids, attn, temperature=0.8, allowed_mask=allowed_mask, with_entropy=True)
+    torch.testing.assert_close(lp, ref_lp[rows, cols], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ent, ref_ent[rows, cols], rtol=1e-5, atol=1e-5)
+    (-(w * ref_lp[rows, cols]).mean() - 0.1 * ref_ent[rows, cols].mean()).backward()
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(shared[n], p.grad, rtol=1e-4, atol=1e-6, msg=n)
