@@ -140,6 +140,8 @@ def token_logprobs(model, batch: Batch, temperature: float = 1.0, with_entropy: 
 def unique_rows(batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
     """(first, copies): the first row of each distinct row (same tokens, loss mask and allowed ids)
     and, for every row, which of those it equals; batch.select(first)[copies] is the batch again."""
+    if len(batch) == 0:
+        return torch.arange(0), torch.arange(0)
     key = [batch.input_ids * batch.attention_mask, batch.attention_mask, batch.loss_mask.long()]
     if batch.allowed is not None:
         key.append(batch.allowed.flatten(1))
