@@ -69,15 +69,21 @@ class Encoded:
     def rows(self, rows: list[int]) -> "Encoded":
         """A compacted copy of the rows `rows`, in that order; this state is left as it is."""
         idx = torch.tensor(rows, device=self.attn.device)
-        cache = copy.copy(self.cache)
-        cache.layers = [copy.copy(layer) for layer in self.cache.layers]
-        for layer in cache.layers:
-            layer.keys, layer.values = layer.keys[idx], layer.values[idx]
-        return Encoded(cache, self.attn[idx], [self.n[i] for i in rows]).compact()
+        return Encoded(cache_rows(self.cache, idx), self.attn[idx], [self.n[i] for i in rows]).compact()
 
     def full_width(self) -> bool:
         """Whether every layer holds every column (not a sliding window's last ones only)."""
         return all(layer.keys.shape[-2] == self.attn.shape[1] for layer in self.cache.layers)
+
+
+def cache_rows(cache, idx: torch.Tensor):
+    """A new cache holding rows `idx` of `cache` (repeats allowed), which is left as it is; under
+    autograd the copies stay differentiable (logprobs.agent_states trains through them)."""
+    out = copy.copy(cache)
+    out.layers = [copy.copy(layer) for layer in cache.layers]
+    for layer in out.layers:
+        layer.keys, layer.values = layer.keys[idx], layer.values[idx]
+    return out
 
 
 def encode(model, news: list[list[int]], starts: list[int], past: Encoded | None, pad: int, device):

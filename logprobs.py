@@ -32,11 +32,11 @@ with -1 (K = the most ids allowed at any one position), never as a (B, T, V) boo
 tests and as the "before" of `benchmarks/update_memory.py`.
 """
 
-import copy
-
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
+
+from kv_cache import cache_rows
 
 CHUNK_ELEMENTS = 2**25
 """Default chunk: C = CHUNK_ELEMENTS // V positions, so one (C, V) float32 tensor is 128 MiB."""
@@ -155,10 +155,7 @@ def agent_states(model, ids: torch.Tensor, attn: torch.Tensor, rows: torch.Tenso
         p_attn[u, P - len(x):] = 1
     out = decoder(input_ids=p_ids, attention_mask=p_attn, position_ids=position_ids(p_attn), use_cache=True)
     which_t = torch.tensor(which, device=ids.device)
-    cache = copy.copy(out.cache)  # each row's copy of its prompt's keys and values (differentiable)
-    cache.layers = [copy.copy(layer) for layer in out.cache.layers]
-    for layer in cache.layers:
-        layer.keys, layer.values = layer.keys[which_t], layer.values[which_t]
+    cache = cache_rows(out.cache, which_t)  # each row's copy of its prompt's keys and values
     live_t = torch.tensor(live, device=ids.device)
     start, end = first[live_t], attn[live_t].sum(-1)  # (R,) where each row's rest begins and ends
     C = int((end - start).max())
