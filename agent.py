@@ -39,8 +39,8 @@ import torch.nn.functional as F
 
 from batch import Row
 from envs import EnvPool, EnvSpec
-from kv_cache import Encoded, prefill
-from timing import timed
+from machinery.kv_cache import Encoded, prefill
+from machinery.timing import timed
 
 
 # ---------------------------------------------------------------------------------------------
@@ -230,7 +230,7 @@ def generate(policy: Policy, contexts: list[list[int]], tries: list[dict] | None
     `past`: the state a previous call returned for these same streams (rows in this order, each
     context extending the stream it held): only the tokens not yet in its cache are encoded.
     `timings`: add the seconds of the prompt's forward ("prefill"), the one-token forwards
-    ("decode") and the action masks ("mask") to this dict (see timing.py).
+    ("decode") and the action masks ("mask") to this dict (see machinery/timing.py).
     """
     model, tok, device = policy.model, policy.tokenizer, policy.device
     B = len(contexts)
@@ -306,7 +306,7 @@ def rollout(policy: Policy, pool: EnvPool, spec: EnvSpec, tasks: list[int], max_
     turns each; all live episodes generate together and step their environments concurrently.
     `desc`: show a progress bar over the chunks of len(pool) episodes, with this label.
     `timings`: add the seconds of each part (env, template, tries, generate, prefill, decode,
-    mask) to this dict (timing.py; benchmarks/rollout_profile.py prints them)."""
+    mask) to this dict (machinery/timing.py; benchmarks/rollout_profile.py prints them)."""
     from tqdm import tqdm
 
     trajs: list[Trajectory] = []

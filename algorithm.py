@@ -27,7 +27,7 @@ from typing import Callable
 
 import torch
 
-import dist
+from machinery import dist
 
 
 @dataclass
@@ -66,7 +66,7 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 def global_masked_moments(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean and (biased) variance of x over the positions where mask is 1, in float64, over the
-    GLOBAL batch: with several processes (dist.py) each adds its sums, so N processes whiten
+    GLOBAL batch: with several processes (machinery/dist.py) each adds its sums, so N processes whiten
     exactly as one process holding every trajectory would. Two passes (mean, then the squared
     deviations from it) rather than sum of squares: equal values give a variance of 0."""
     x, m = x.double(), mask.double()

@@ -4,7 +4,7 @@ Where it sits: `agent.rollout()` returns trajectories whose token sequences are 
 `make_batch()` pads them into one `Batch` of tensors; `train.py` fills `batch.ref_logprobs` with
 `token_logprobs()` under the frozen reference model, the algorithm file fills `batch.advantages`,
 and every minibatch's loss starts from `token_logprobs()` under the current policy (computed by
-`logprobs.py` at the agent tokens only, in bounded memory). This file
+`machinery/logprobs.py` at the agent tokens only, in bounded memory). This file
 imports neither the environment client nor any algorithm, so an algorithm file that imports it
 never talks to an environment.
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from logprobs import agent_logprobs, predicting_positions
+from machinery.logprobs import agent_logprobs, predicting_positions
 
 
 @dataclass

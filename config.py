@@ -20,9 +20,9 @@ import typing
 from dataclasses import dataclass
 
 import agent
-import lora
+from machinery import lora
 import tiny
-from gguf_model import resolve_model
+from machinery.gguf_model import resolve_model
 
 
 @dataclass
@@ -53,7 +53,7 @@ class AgentConfig:
 
 def load_agent(cfg: AgentConfig, device: str, model: str | None = None, trainable: bool = False) -> agent.Policy:
     """The policy named by `model` (default `cfg.model`) with the model's own defaults,
-    overridden by every setting of `cfg` that is not auto. A folder of LoRA adapters (lora.py)
+    overridden by every setting of `cfg` that is not auto. A folder of LoRA adapters (machinery/lora.py)
     loads its base model with the adapters on (`trainable`: to continue training them)."""
     name = model or cfg.model
     if lora.is_adapter(name):
@@ -62,7 +62,7 @@ def load_agent(cfg: AgentConfig, device: str, model: str | None = None, trainabl
         return policy
     if tiny.is_tiny(name):
         policy = tiny.load(name, cfg.env, device)
-    else:  # `smollm2` or a .gguf file: its converted folder (gguf_model.py); else the name as is
+    else:  # `smollm2` or a .gguf file: its converted folder (machinery/gguf_model.py); else the name as is
         policy = agent.load_policy(resolve_model(name), device)
     policy.temperature = cfg.temperature
     for key in ("max_new_tokens", "mask_actions", "context_turns"):

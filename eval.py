@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
-import dist
+from machinery import dist
 import view
 from agent import Policy, rollout
 from config import AgentConfig, load_agent, parse, resolve_device, set_threads
@@ -142,7 +142,7 @@ def _markdown(head: list[str], body: list[list[str]]) -> str:
 def evaluate(policy: Policy, pool: EnvPool, spec: EnvSpec, task_ids: list[int], n_samples: int = 1,
              max_turns: int = 20, desc: str = "eval"):
     """Roll out every task n_samples times (sampling at the policy's temperature). With N processes
-    (`accelerate launch`, dist.py) each rolls out its share of the episodes and every process gets
+    (`accelerate launch`, machinery/dist.py) each rolls out its share of the episodes and every process gets
     all of them back, in task order."""
     tasks = [t for t in task_ids for _ in range(n_samples)]
     trajs = rollout(policy, pool, spec, dist.shard(tasks), max_turns, desc=desc if dist.is_main() else None)
@@ -233,7 +233,7 @@ def main(argv=None):
     set_threads(cfg, device)
     policy = load_agent(cfg, here.device)
     os.makedirs(cfg.out, exist_ok=True)
-    urls = [u for u in cfg.url.split(",") if u]  # each process takes one (dist.py)
+    urls = [u for u in cfg.url.split(",") if u]  # each process takes one (machinery/dist.py)
     pool = open_pool(cfg.env, size=max(1, min(cfg.parallel, math.ceil(len(tasks) * cfg.n_samples / dist.world()))),
                      url=urls[dist.rank() % len(urls)] if urls else None,
                      create={"render": True} if cfg.render else None)

@@ -56,7 +56,7 @@ import torch.nn as nn
 
 from algorithm import Algorithm, State, clipped_policy_loss, global_masked_moments, masked_mean
 from batch import agent_tokens
-from logprobs import position_ids, predicting_positions
+from machinery.logprobs import position_ids, predicting_positions
 
 
 class Critic(nn.Module):
@@ -74,7 +74,7 @@ class Critic(nn.Module):
 
     def forward(self, batch) -> torch.Tensor:
         """(B, T) token ids -> (B, T) values: at each agent token t, V of the state before it,
-        read from h[t-1] like the policy's logits for t (logprobs.py); 0 elsewhere."""
+        read from h[t-1] like the policy's logits for t (machinery/logprobs.py); 0 elsewhere."""
         device = self.head.weight.device
         ids, attn = batch.input_ids.to(device), batch.attention_mask.to(device)
         rows, cols = predicting_positions(batch.loss_mask.to(device))
@@ -128,7 +128,7 @@ def advantages(batch, cfg, state: State | None = None) -> None:
 def whiten(adv: torch.Tensor, mask: torch.Tensor, eps: float) -> torch.Tensor:
     """(B, T) -> (B, T): zero mean, unit std over the agent tokens of the global batch (every
     process's; statistics in float64, so that equal advantages give exactly 0); 0 elsewhere."""
-    mean, var = global_masked_moments(adv, mask)  # over every process's agent tokens (dist.py)
+    mean, var = global_masked_moments(adv, mask)  # over every process's agent tokens (machinery/dist.py)
     return ((adv.double() - mean) / (var.sqrt() + eps) * mask.double()).to(adv.dtype)
 
 

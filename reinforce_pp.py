@@ -14,7 +14,7 @@ token (the k1 estimator, at sampling time), and the outcome R sits on the LAST A
     r_k = -kl_coef * (old_logp_k - ref_logp_k)  +  [k = n-1] * R
     G_k = sum_{j >= k} gamma^(j-k) r_j                              (return-to-go)
     A   = (G - mean(G)) / std(G)         over ALL agent tokens of the batch (global whitening;
-                                     with several processes, of every process's part: dist.py)
+                                     with several processes, of every process's part: machinery/dist.py)
 
 (the whitening statistics in float64, so that equal returns give exactly A = 0), and the loss is
 PPO's clipped surrogate (Schulman et al., 2017, eq. 7; `algorithm.clipped_policy_loss`) with no
@@ -56,7 +56,7 @@ def advantages(batch, cfg, state=None) -> None:
             r = -cfg.kl_coef * (batch.old_logprobs[b, t] - batch.ref_logprobs[b, t].cpu())
         r[-1] += batch.rewards[n]  # the outcome, on the last agent token
         ret[b, t] = returns_to_go(r, cfg.gamma)
-    mean, var = global_masked_moments(ret, batch.loss_mask)  # over every process's agent tokens (dist.py)
+    mean, var = global_masked_moments(ret, batch.loss_mask)  # over every process's agent tokens (machinery/dist.py)
     batch.returns = ret
     batch.advantages = ((ret.double() - mean) * torch.rsqrt(var + cfg.whiten_eps)).float() * batch.loss_mask
 

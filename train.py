@@ -19,7 +19,7 @@ Nth step's rollouts, <out>/rollouts/step_N.jsonl).
 
 Several GPUs or machines: `accelerate launch --multi_gpu --num_processes N train.py ...` runs N
 processes that each roll out 1/N of the step's tasks and make one update together (DDP), with the
-distributed plumbing in dist.py (README, "More than one GPU / more than one machine").
+distributed plumbing in machinery/dist.py (README, "More than one GPU / more than one machine").
 
 Faults: an episode that ended in an environment error (a crashed server, a time-out) has no
 outcome the policy earned, so it is left out of the update, counted (`charts/env_errors`) and
@@ -45,10 +45,10 @@ import torch
 from accelerate import Accelerator, DistributedType
 from tqdm import tqdm
 
-import dist
+from machinery import dist
 import gigpo
 import grpo
-import lora
+from machinery import lora
 import ppo
 import reinforce_pp
 import tiny
@@ -56,13 +56,13 @@ import view
 from agent import rollout
 from algorithm import load_state, save_state
 from batch import Batch, make_batch, token_logprobs
-from logprobs import LogprobForward
-from binding_probe import binding, collect_states, probe_tasks
+from machinery.logprobs import LogprobForward
+from benchmarks.binding_probe import binding, collect_states, probe_tasks
 from config import AgentConfig, load_agent, parse, resolve_device, set_threads
 from envs import ENVS, check_server, close_pool, open_pool
 from eval import evaluate, write_trajectories
 from scaling_inter import adaptive, staged
-from timing import timed
+from machinery.timing import timed
 
 # Each algorithm is an `algorithm.Algorithm` (advantages, loss, optional state): see its file.
 ALGOS = {
@@ -145,7 +145,7 @@ class Config(AgentConfig):
     critic_lr: float = 0.0
     """ppo: learning rate of the critic; 0: the policy's"""
     probe_every: int = 0
-    """BabyAI: log the mission-binding probe (binding_probe.py) every N steps; 0: never"""
+    """BabyAI: log the mission-binding probe (benchmarks/binding_probe.py) every N steps; 0: never"""
     probe_states: int = 100
     """held-out GoToLocal tasks the probe reads"""
     eval_episodes: int = 200
@@ -175,7 +175,7 @@ class Config(AgentConfig):
     ref_device: str = "auto"
     """where the frozen reference model lives: auto (the policy's device) or cpu"""
     lora_rank: int = 0
-    """train rank-R LoRA adapters (lora.py) instead of all weights; the reference is the base with adapters off; 0: off"""
+    """train rank-R LoRA adapters (machinery/lora.py) instead of all weights; the reference is the base with adapters off; 0: off"""
     lora_alpha: float = 0.0
     """LoRA scale alpha (the update is alpha / rank * B A); 0: 2 * rank"""
 
@@ -214,7 +214,7 @@ def usable(trajs: list, step: int) -> list:
 
 def train(cfg: Config, profile: list[dict] | None = None) -> dict:
     """Run the loop. `profile`: append, per step, a dict of seconds per part of the step
-    (timing.py; benchmarks/rollout_profile.py prints it)."""
+    (machinery/timing.py; benchmarks/rollout_profile.py prints it)."""
     urls = [u for u in cfg.url.split(",") if u]
     for url in urls:
         check_server(url)  # a dead --url is a clear error before anything else runs
@@ -229,7 +229,7 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
     device = resolve_device(cfg.device)
     set_threads(cfg, device)
     accelerator = Accelerator(mixed_precision=cfg.mixed_precision, cpu=device == "cpu")
-    main = accelerator.is_main_process  # with N processes (dist.py) only the main one writes files
+    main = accelerator.is_main_process  # with N processes (machinery/dist.py) only the main one writes files
     if cfg.tasks_per_step < dist.world():
         raise ValueError(f"--tasks-per-step {cfg.tasks_per_step} < {dist.world()} processes: some would have no task")
     torch.manual_seed(dist.process_seed(cfg.seed))  # each process samples its own replies
@@ -601,7 +601,7 @@ def plot_curves(metrics_path: str, png: str):
     ax[1].plot(steps, [r["charts/turns"] for r in rows], label="turns per episode")
     ax[1].plot(steps, [r["horizon"] for r in rows], label="horizon (max turns)", linestyle="--")
     ax[1].set_xlabel("step"); ax[1].legend()
-    if probed:  # binding_probe.py: mass on the mission's object vs the others, held-out GoToLocal
+    if probed:  # benchmarks/binding_probe.py: mass on the mission's object vs the others, held-out GoToLocal
         ps = [r["step"] for r in probed]
         ax[2].plot(ps, [r["probe/p_mission"] for r in probed], marker="o", label="p(mission's object)")
         ax[2].plot(ps, [r["probe/p_other"] for r in probed], marker="o", label="p(other objects)")

@@ -1,5 +1,5 @@
 """GRPO vs GiGPO (and variants) on the same budget and seeds: held-out success per BabyAI level with
-standard errors, and the mission-binding probe (binding_probe.py) before and after training.
+standard errors, and the mission-binding probe (benchmarks/binding_probe.py) before and after training.
 
 Each run is `python train.py --algo A --seed S --out <out>/<variant>-<seed> --probe-every P
 --eval-episodes E <extra flags>`; runs go `--jobs` at a time (each with one thread). Then the

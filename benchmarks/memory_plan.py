@@ -8,7 +8,7 @@ Instruct: no hub needed), a local folder, or a hub id (read with AutoConfig when
 reachable). Prints the estimated peak of a rollout and of an update, first adding the options of
 train.py one at a time, then removing each one from the full set:
 
-    chunked      log-probs at agent tokens in chunks (logprobs.py) instead of (B, T, V) logits
+    chunked      log-probs at agent tokens in chunks (machinery/logprobs.py) instead of (B, T, V) logits
     micro        --micro-batch-size: rows per forward/backward (gradient accumulation); without
                  it the plan takes the whole minibatch at once (--micro-batch-tokens 0), an upper
                  bound: train.py's default token budget already cuts micro-batches of long rows

@@ -1,4 +1,4 @@
-"""Rollout episodes per second with 1 and with N processes (`accelerate launch`, dist.py).
+"""Rollout episodes per second with 1 and with N processes (`accelerate launch`, machinery/dist.py).
 
     python benchmarks/multiprocess_rollout.py                    # 1 and 2 processes, the tiny policy
     python benchmarks/multiprocess_rollout.py --processes 1,2,4 --episodes 128 --max-turns 5
@@ -24,7 +24,7 @@ sys.path.insert(0, ROOT)
 def worker(episodes: int, max_turns: int) -> None:
     import torch
 
-    import dist
+    from machinery import dist
     import tiny
     from agent import rollout
     from envs import ENVS, close_pool, open_pool

@@ -1,5 +1,5 @@
 """Peak memory and seconds of ONE real update, by sequence length: the old (B, T, V) path against
-the chunked one (logprobs.py), on this machine's CPU.
+the chunked one (machinery/logprobs.py), on this machine's CPU.
 
     python benchmarks/update_memory.py                                   # the README's table
     python benchmarks/update_memory.py --models qwen2-151k --seq-lens 1024 --paths after
@@ -81,7 +81,7 @@ def one_case(model_name: str, path: str, T: int, device: str = "cpu", bf16: bool
 
     import torch
 
-    from logprobs import agent_logprobs, full_logprobs, predicting_positions
+    from machinery.logprobs import agent_logprobs, full_logprobs, predicting_positions
     from memory_plan import Run, reference_pass, update_parts
 
     if device == "cpu":

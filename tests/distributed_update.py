@@ -1,4 +1,4 @@
-"""Advantages and one update on fixed trajectories, as N processes compute them (dist.py).
+"""Advantages and one update on fixed trajectories, as N processes compute them (machinery/dist.py).
 
 Run by tests/test_distributed.py twice: under `accelerate launch --multi_gpu --num_processes 2`
 (each process takes its share of the groups, as train.py shards a step's tasks) and inside the
@@ -19,10 +19,10 @@ import torch  # noqa: E402
 from accelerate import Accelerator  # noqa: E402
 from transformers import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 
-import dist  # noqa: E402
+from machinery import dist  # noqa: E402
 from agent import Trajectory  # noqa: E402
 from batch import Row, make_batch, token_logprobs  # noqa: E402
-from logprobs import LogprobForward  # noqa: E402
+from machinery.logprobs import LogprobForward  # noqa: E402
 from train import ALGOS, Config, reference_logprobs, update  # noqa: E402
 
 V = 120

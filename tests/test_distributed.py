@@ -1,4 +1,4 @@
-"""Several processes, one run (dist.py, `accelerate launch`), on this CPU machine: two gloo
+"""Several processes, one run (machinery/dist.py, `accelerate launch`), on this CPU machine: two gloo
 processes started the way a user starts them. N processes roll out N shares of the step and make
 one update: the same advantages and the same parameter change as one process holding every
 trajectory, and one set of files."""
@@ -12,7 +12,7 @@ import uuid
 import psutil
 import torch
 
-import dist
+from machinery import dist
 from envs import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

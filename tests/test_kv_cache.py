@@ -89,7 +89,7 @@ def test_a_compacted_cache_has_no_holes_and_continues_the_same_way(tiny_path, ma
     generates the same."""
     import copy
 
-    import kv_cache
+    from machinery import kv_cache
 
     monkeypatch.setattr(kv_cache, "BUCKET_SPREAD", float("inf"))  # one bucket: each turn pads its new tokens
     policy = make(tiny_path)

@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from logprobs import agent_logprobs, allowed_bias, full_logprobs, predicting_positions
+from machinery.logprobs import agent_logprobs, allowed_bias, full_logprobs, predicting_positions
 
 V = 300
 

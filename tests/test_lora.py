@@ -4,8 +4,8 @@ adapters off, the chunked log-probs go through the adapters, and a saved adapter
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-import lora
-from logprobs import agent_logprobs, full_logprobs, predicting_positions
+from machinery import lora
+from machinery.logprobs import agent_logprobs, full_logprobs, predicting_positions
 
 
 def base_model():

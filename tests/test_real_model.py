@@ -14,7 +14,7 @@ from agent import rollout
 from batch import make_batch, token_logprobs
 from config import AgentConfig, load_agent
 from envs import ENVS, EnvPool
-from gguf_model import resolve_model
+from machinery.gguf_model import resolve_model
 from train import Config
 
 # GoToObjS6 (AgentGym level 4), seeds 0 and 1: the shortest observations of the demo's levels.

@@ -2,7 +2,7 @@ import time
 
 import pytest
 
-from timing import timed
+from machinery.timing import timed
 
 
 def test_off_timer_records_nothing_and_lets_errors_through():

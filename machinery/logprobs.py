@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from kv_cache import cache_rows
+from machinery.kv_cache import cache_rows
 
 CHUNK_ELEMENTS = 2**25
 """Default chunk: C = CHUNK_ELEMENTS // V positions, so one (C, V) float32 tensor is 128 MiB."""

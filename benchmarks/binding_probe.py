@@ -20,13 +20,17 @@ that learned "act on some object" raises p_mission + p_other and keeps share nea
 binds the mission raises share above it (FACTS: the earlier prototype's GRPO never did).
 """
 
+import os
 import re
+import sys
 from dataclasses import dataclass
 
 import torch
 
-from agent import Policy, Trajectory, action_trie, chat_ids
-from batch import Row, make_batch, token_logprobs
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from agent import Policy, Trajectory, action_trie, chat_ids  # noqa: E402
+from batch import Row, make_batch, token_logprobs  # noqa: E402
 
 GOTOLOCAL = 5  # AgentGym's BabyAI level number of BabyAI-GoToLocalS8N7-v0 (servers/babyai.py LEVELS)
 OBJECT_ACTION = re.compile(r"^(?:go to|pickup) (\w+) (\w+) \d+$")  # -> colour, type
@@ -134,7 +138,7 @@ def collect_states(pool, tasks: list[int]) -> list[tuple[str, list[str]]]:
     return out
 
 
-if __name__ == "__main__":  # python binding_probe.py --model runs/default/checkpoint --states 200
+if __name__ == "__main__":  # python benchmarks/binding_probe.py --model runs/default/checkpoint --states 200
     import argparse
 
     from config import AgentConfig, load_agent
