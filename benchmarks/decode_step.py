@@ -1,0 +1,106 @@
+"""Where one decode step's time goes: a real model's one-token forwards over a kept KV cache.
+
+    python benchmarks/decode_step.py                        # SmolLM2 + LoRA 16, 16 rows, 760 cached
+    python benchmarks/decode_step.py --profile 1            # ... and torch.profiler's top operators
+    python benchmarks/decode_step.py --rows 64 --threads 2
+
+Builds what `agent.generate` decodes from in the issue-29 setting (SmolLM2-135M with rank-16 LoRA
+adapters, 16 streams, a ~760-column cache), then times `--steps` decode steps the way
+`agent.generate` runs them, for each way the rollout can decode (`agent.decode_step`'s options),
+interleaved, so that a shared machine's load falls on all alike. Prints milliseconds per step
+against the step's arithmetic (2 x parameters x rows FLOP for the matmuls), the figure a
+well-fed CPU would reach.
+"""
+
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+
+import agent  # noqa: E402
+from config import AgentConfig, load_agent, parse  # noqa: E402
+from machinery import lora  # noqa: E402
+from machinery.kv_cache import prefill  # noqa: E402
+
+
+@dataclass
+class DecodeConfig(AgentConfig):
+    """The model and the batch to decode."""
+
+    model: str = "smollm2"
+    """the policy (as train.py's --model)"""
+    lora_rank: int = 16
+    """LoRA adapters on the model, as train.py --lora-rank (0: none)"""
+    rows: int = 16
+    """streams decoding together"""
+    cached: int = 760
+    """columns already in the cache (the prompt and the earlier turns)"""
+    steps: int = 16
+    """decode steps timed per repeat"""
+    repeats: int = 3
+    """interleaved repeats of each way"""
+    ways: str = "plain,fast"
+    """comma-separated: plain (transformers' DynamicCache as is), fast (agent.generate's default)"""
+    profile: int = 0
+    """1: also print torch.profiler's top operators of the last way"""
+
+
+def build(cfg):
+    torch.manual_seed(0)
+    policy = load_agent(cfg, "cpu")
+    if cfg.lora_rank:
+        policy.model = lora.add_adapters(policy.model, cfg.lora_rank)
+    policy.model.eval()
+    return policy
+
+
+def run(policy, cfg, way: str, prof=None) -> float:
+    """Seconds per decode step, `way` as named in DecodeConfig.ways."""
+    g = torch.Generator().manual_seed(0)
+    V = policy.model.config.vocab_size
+    news = [torch.randint(0, V, (cfg.cached,), generator=g).tolist() for _ in range(cfg.rows)]
+    with torch.no_grad():
+        _, state = prefill(policy.model, news, [0] * cfg.rows, None, 0, "cpu")
+        step = agent.Decoder(policy.model, state, cfg.steps, preallocate=way != "plain")
+        nxt = torch.randint(0, V, (cfg.rows,), generator=g)
+        live = [1] * cfg.rows
+        step(nxt, live)  # warm-up
+        t0 = time.perf_counter()
+        for _ in range(cfg.steps - 1):
+            logits = step(nxt, live)
+            nxt = logits.argmax(-1)
+            if prof is not None:
+                prof.step()
+    return (time.perf_counter() - t0) / (cfg.steps - 1)
+
+
+def main(cfg: DecodeConfig):
+    torch.set_num_threads(cfg.threads or 1)
+    policy = build(cfg)
+    n_params = sum(p.numel() for n, p in policy.model.named_parameters() if "embed" not in n)
+    flop = 2 * n_params * cfg.rows
+    ways = cfg.ways.split(",")
+    times = {w: [] for w in ways}
+    for _ in range(cfg.repeats):
+        for w in ways:
+            times[w].append(run(policy, cfg, w))
+    print(f"\n{cfg.model}, LoRA {cfg.lora_rank}, {cfg.rows} rows, {cfg.cached} cached columns, "
+          f"threads {torch.get_num_threads()}, load {os.getloadavg()[0]:.2f}")
+    for w in ways:
+        s = statistics.median(times[w])
+        print(f"  {w:8s} {1000 * s:7.1f} ms/step  ({' '.join(f'{1000 * t:.1f}' for t in times[w])})"
+              f"  {flop / s / 1e9:5.1f} GFLOP/s  {cfg.rows / s:6.1f} tokens/s")
+    if cfg.profile:
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            run(policy, cfg, ways[-1])
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
+
+
+if __name__ == "__main__":
+    main(parse(DecodeConfig, description=__doc__.split("\n")[0]))
