@@ -1,0 +1,81 @@
+"""The rollout's generation copy (`--generation-dtype`, agent.generation_model) is the policy: its
+LoRA adapters merged into the copy's weights, refreshed after every update; in bfloat16 it differs
+only by bf16 rounding. And decoding into a reserved cache (kv_cache.reserve) gives what decoding by
+concatenation gives."""
+
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from agent import Decoder, Policy, generation_model
+from machinery import lora
+from machinery.kv_cache import ReservedLayer, prefill
+
+
+def lora_policy(dtype: str) -> Policy:
+    torch.manual_seed(0)
+    base = Qwen2ForCausalLM(Qwen2Config(vocab_size=200, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2))
+    model = lora.add_adapters(base, rank=4)
+    with torch.no_grad():  # adapters away from B = 0, as after some training
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.1)
+    return Policy(model=model.eval(), tokenizer=None, generation_dtype=dtype)
+
+
+def logits(model, ids):
+    with torch.no_grad():
+        return model(input_ids=ids).logits.float()
+
+
+IDS = torch.randint(0, 200, (3, 12), generator=torch.Generator().manual_seed(1))
+
+
+def test_the_float32_generation_copy_has_the_adapters_merged_and_gives_the_policys_logits():
+    policy = lora_policy("float32")
+    copy = generation_model(policy)
+    assert copy is not policy.model and not lora.has_adapters(copy)
+    torch.testing.assert_close(logits(copy, IDS), logits(policy.model, IDS), atol=1e-5, rtol=1e-5)
+    with lora.reference(policy.model):  # the adapters do change the logits: the merge is not a no-op
+        assert (logits(copy, IDS) - logits(policy.model, IDS)).abs().max() > 1e-3
+
+
+def test_the_generation_copy_follows_the_policy_after_an_update():
+    policy = lora_policy("float32")
+    generation_model(policy)
+    with torch.no_grad():
+        for name, p in policy.model.named_parameters():
+            if "lora_A" in name:
+                p.add_(0.1)
+    copy = generation_model(policy)
+    assert copy is generation_model(policy)  # one copy, refreshed in place
+    torch.testing.assert_close(logits(copy, IDS), logits(policy.model, IDS), atol=1e-5, rtol=1e-5)
+
+
+def test_the_bfloat16_generation_copy_differs_from_the_policy_only_by_bf16_rounding():
+    policy = lora_policy("bfloat16")
+    copy = generation_model(policy)
+    assert next(copy.parameters()).dtype == torch.bfloat16
+    diff = (logits(copy, IDS) - logits(policy.model, IDS)).abs().max()
+    assert 0 < diff < 0.05
+
+
+def test_decoding_into_a_reserved_cache_equals_decoding_by_concatenation():
+    policy = lora_policy("")
+    news = [IDS[0].tolist(), IDS[1, :7].tolist(), IDS[2, :10].tolist()]
+    out = {}
+    for preallocate in (True, False):
+        with torch.no_grad():
+            first, state = prefill(policy.model, news, [0, 0, 0], None, 0, "cpu")
+            step = Decoder(policy.model, state, 5, preallocate=preallocate)
+            assert isinstance(state.cache.layers[0], ReservedLayer) == preallocate
+            nxt, got = first.argmax(-1), [first]
+            for live in ([1, 1, 1], [1, 0, 1], [1, 0, 1], [0, 0, 1], [0, 0, 1], [0, 0, 1]):  # one past the room
+                got.append(step(nxt, live))
+                nxt = got[-1].argmax(-1)
+            step.close()
+        out[preallocate] = (torch.stack(got), state.attn, [layer.keys for layer in state.cache.layers])
+    torch.testing.assert_close(out[True][0], out[False][0], atol=1e-5, rtol=0)
+    assert torch.equal(out[True][1], out[False][1])
+    for a, b in zip(out[True][2], out[False][2]):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
