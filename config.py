@@ -48,7 +48,7 @@ class AgentConfig:
     context_turns: int | None = None
     """turns of history the agent sees, 0: the whole conversation; auto: 1 for tiny, 0 for real models"""
     threads: int = 0
-    """torch CPU threads; 0: 1 on a CPU (faster there, see README "Speed"), torch's default with a GPU"""
+    """torch CPU threads; 0: 1 for the tiny policy on a CPU (faster there, see README "Speed"), else torch's default (every core; a real model's matmuls use them, docs/speed_smollm2.md)"""
     generation_dtype: str = ""
     """rollouts sample from a copy of the policy in this dtype, LoRA merged in (bfloat16: ~2x the decoding on a CPU with AVX512-BF16; changes the log-probs by bf16 rounding); empty: the policy itself"""
 
@@ -82,12 +82,14 @@ def resolve_device(device: str) -> str:
 
 def set_threads(cfg: AgentConfig, device: str) -> int:
     """Set torch's intra-op threads from `cfg.threads` (0: the device's default) and return it.
-    On a CPU one thread is the default: the tiny policy's matrices are so small that a second
+    On a CPU one thread is the default for the tiny policy: its matrices are so small that a second
     OpenMP thread costs more in synchronisation than it saves, most of all on a busy machine
-    (README, "Speed", measured with benchmarks/rollout_profile.py)."""
+    (README, "Speed", measured with benchmarks/rollout_profile.py). A real model's matrices are
+    not: SmolLM2-135M's matmuls ran 1.7x faster on 2 threads than on 1, even on a busy 2-core
+    machine (docs/speed_smollm2.md), so it gets every core."""
     import torch
 
-    n = cfg.threads or (1 if device == "cpu" else torch.get_num_threads())
+    n = cfg.threads or (1 if device == "cpu" and tiny.is_tiny(cfg.model) else torch.get_num_threads())
     torch.set_num_threads(n)
     return n
 

@@ -63,7 +63,9 @@ def run(policy, cfg, way: str, prof=None) -> float:
     """Seconds per decode step, `way` as named in DecodeConfig.ways."""
     g = torch.Generator().manual_seed(0)
     V = policy.model.config.vocab_size
-    news = [torch.randint(0, V, (cfg.cached,), generator=g).tolist() for _ in range(cfg.rows)]
+    # one prompt for every row (as a GRPO group's first turn): prefill encodes it once and copies
+    # its cache rows, and the decode steps cost what they cost for different prompts
+    news = [torch.randint(0, V, (cfg.cached,), generator=g).tolist()] * cfg.rows
     with torch.no_grad():
         _, state = prefill(policy.model, news, [0] * cfg.rows, None, 0, "cpu")
         step = agent.Decoder(policy.model, state, cfg.steps, preallocate=way != "plain")
