@@ -44,8 +44,8 @@ class DecodeConfig(AgentConfig):
     """decode steps timed per repeat"""
     repeats: int = 3
     """interleaved repeats of each way"""
-    ways: str = "plain,fast"
-    """comma-separated: plain (transformers' DynamicCache as is), fast (agent.generate's default)"""
+    ways: str = "plain,fast,bf16"
+    """comma-separated: plain (DynamicCache as is), fast (cache reserved), bf16 (fast, bf16 generation copy)"""
     profile: int = 0
     """1: also print torch.profiler's top operators of the last way"""
 
@@ -66,9 +66,11 @@ def run(policy, cfg, way: str, prof=None) -> float:
     # one prompt for every row (as a GRPO group's first turn): prefill encodes it once and copies
     # its cache rows, and the decode steps cost what they cost for different prompts
     news = [torch.randint(0, V, (cfg.cached,), generator=g).tolist()] * cfg.rows
+    policy.generation_dtype = "bfloat16" if way == "bf16" else ""
+    model = agent.generation_model(policy)
     with torch.no_grad():
-        _, state = prefill(policy.model, news, [0] * cfg.rows, None, 0, "cpu")
-        step = agent.Decoder(policy.model, state, cfg.steps, preallocate=way != "plain")
+        _, state = prefill(model, news, [0] * cfg.rows, None, 0, "cpu")
+        step = agent.Decoder(model, state, cfg.steps, preallocate=way != "plain")
         nxt = torch.randint(0, V, (cfg.rows,), generator=g)
         live = [1] * cfg.rows
         step(nxt, live)  # warm-up
