@@ -31,7 +31,7 @@ from tqdm import tqdm
 from machinery import dist
 import view
 from agent import Policy, rollout
-from config import AgentConfig, load_agent, parse, resolve_device, set_threads
+from config import AgentConfig, check_split, flag, load_agent, parse, problem, resolve_device, set_threads
 from envs import ENVS, EnvPool, EnvSpec, close_pool, open_pool, server_url
 
 
@@ -41,22 +41,29 @@ class EvalConfig(AgentConfig):
 
     split: str = "test"
     """a named split of the env (see envs.ENVS)"""
-    task_ids: str = ""
+    task_ids: str = flag("", check=lambda text: check_task_ids(text))
     """explicit data_idx list/ranges instead of a split, e.g. 0-99,200"""
-    n_samples: int = 1
+    n_samples: int = flag(1, at_least=1)
     """samples per task (for pass@k)"""
-    max_turns: int = 0
+    max_turns: int = flag(0, at_least=0)
     """turn limit; 0: the env's default horizon"""
-    sweep_max_turns: str = ""
+    sweep_max_turns: str = flag("", check=lambda text: check_sweep(text))
     """evaluate at each of these turn limits instead (e.g. 1,2,4,8,16): <out>/sweep.json and sweep.png"""
-    limit: int = 0
+    limit: int = flag(0, at_least=0)
     """use only the first N tasks (0: all)"""
-    parallel: int = 64
+    parallel: int = flag(64, at_least=1)
     """episodes in flight at once"""
     out: str = "runs/eval"
     """output folder: summary.json, summary.md, trajectories.jsonl, report.html"""
     render: bool = False
     """record a picture of every observation for view.py (BabyAI's minigrid frame; other envs have none)"""
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not self.task_ids:
+            check_split(self.env, "split", self.split)
+        if self.render and self.env != "babyai":
+            raise ValueError(f"--render true: only the BabyAI server draws pictures of its observations, not {self.env}")
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -159,6 +166,20 @@ def parse_task_ids(text: str) -> list[int]:
     return ids
 
 
+def check_task_ids(text: str) -> str | None:
+    """--task-ids: empty, or ids and ranges that parse_task_ids reads, none of them negative."""
+    try:
+        ids = parse_task_ids(text) if text else [0]
+    except ValueError:
+        ids = []
+    return None if ids and min(ids) >= 0 else "expected comma-separated task ids (data_idx) and ranges a-b, e.g. 0-99,200"
+
+
+def check_sweep(text: str) -> str | None:
+    """--sweep-max-turns: empty, or comma-separated turn limits, each at least 1."""
+    return problem(text, items=int, at_least=1) if text else None
+
+
 def write_trajectories(path: str, trajs, step: int | None = None) -> None:
     """One JSON line per trajectory, as view.py reads it; `step`: the training step it came from.
     `observations` holds the first observation and the one after every action."""
@@ -226,8 +247,6 @@ def main(argv=None):
     spec = ENVS[cfg.env]
     tasks = parse_task_ids(cfg.task_ids) if cfg.task_ids else spec.splits[cfg.split]
     tasks = tasks[:cfg.limit] if cfg.limit else tasks
-    if cfg.render and cfg.env != "babyai":
-        raise SystemExit("--render: only the BabyAI server draws pictures of its observations")
     set_threads(cfg, device)
     policy = load_agent(cfg, here.device)
     os.makedirs(cfg.out, exist_ok=True)

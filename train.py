@@ -58,7 +58,7 @@ from algorithm import Algorithm, load_state, save_state
 from batch import Batch, make_batch, token_logprobs
 from machinery.logprobs import LogprobForward
 from benchmarks.binding_probe import binding, collect_states, probe_tasks
-from config import AgentConfig, load_agent, parse, resolve_device, set_threads
+from config import AgentConfig, check_split, flag, load_agent, parse, resolve_device, set_threads
 from envs import ENVS, EnvPool, EnvSpec, close_pool, open_pool, server_url
 from eval import evaluate, write_trajectories
 from scaling_inter import adaptive, staged
@@ -80,21 +80,21 @@ MAX_FAILED_STEPS = 3  # consecutive steps whose every episode hit an environment
 class Config(AgentConfig):
     """Every knob of a training run: the agent's (config.AgentConfig), the loop's, the algorithms'."""
 
-    algo: str = "grpo"
+    algo: str = flag("grpo", choices=list(ALGOS))
     """algorithm: one of ALGOS (grpo, rloo, ppo, reinforce_pp, gigpo)"""
-    steps: int = 50
+    steps: int = flag(50, at_least=1)
     """training steps (one rollout batch + update each)"""
     out: str = "runs/default"
     """output folder: metrics.jsonl, summary.json, checkpoint/, curves.png, report.html, eval_before/, eval_after/"""
-    rounds: str = "3,5"
+    rounds: str = flag("3,5", items=int, at_least=1)
     """ScalingInter-RL horizon stages h1,h2,... (one value: a fixed horizon)"""
-    steps_per_stage: int = 25
+    steps_per_stage: int = flag(25, at_least=1)
     """training steps per horizon stage"""
-    schedule: str = "staged"
+    schedule: str = flag("staged", choices=("staged", "adaptive"))
     """horizon schedule over --rounds: staged (every --steps-per-stage steps) or adaptive (scaling_inter.py)"""
-    adapt_window: int = 5
+    adapt_window: int = flag(5, at_least=1)
     """adaptive schedule: W, steps averaged on each side of its plateau test"""
-    adapt_cut_share: float = 0.5
+    adapt_cut_share: float = flag(0.5, at_least=0, at_most=1)
     """adaptive schedule: lengthen only when at least this share of episodes hit the horizon"""
     adapt_min_gain: float = 0.02
     """adaptive schedule: success rising by less than this over W steps counts as a plateau"""
@@ -102,82 +102,90 @@ class Config(AgentConfig):
     """task split to train on"""
     test_split: str = "test"
     """held-out split for eval_before / eval_after"""
-    tasks_per_step: int = 8
+    tasks_per_step: int = flag(8, at_least=1)
     """distinct tasks per step (with N processes: in all, each process rolling out about 1/N of them)"""
-    group_size: int = 8
+    group_size: int = flag(8, at_least=1)
     """rollouts per task (GRPO's group n)"""
-    epochs: int = 1
+    epochs: int = flag(1, at_least=1)
     """passes over each rollout batch"""
-    minibatch_size: int = 64
+    minibatch_size: int = flag(64, at_least=1)
     """trajectories per minibatch (at most; the batch is cut into equal minibatches; with N processes: of the global batch)"""
-    lr: float = 0.0
+    lr: float = flag(0.0, at_least=0)
     """learning rate; 0: tiny.LR (5e-4) for tiny, 1e-6 for real models (the paper's)"""
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = flag(1.0, above=0)
     """gradient clipping (the policy's, and the critic's separately)"""
-    clip_ratio: float = 0.2
+    clip_ratio: float = flag(0.2, above=0)
     """all algorithms: clip range eps of the policy ratio (PPO, eq. 7)"""
-    kl_coef: float = 0.001
+    kl_coef: float = flag(0.001, at_least=0)
     """all algorithms: weight of the KL to the frozen reference model (k3 loss term; REINFORCE++: in the reward); 0: no reference model"""
     entropy_coef: float = 0.001
     """all algorithms: weight of the entropy bonus"""
-    group_std_eps: float = 1e-6
+    group_std_eps: float = flag(1e-6, at_least=0)
     """grpo: added to the group's reward std"""
-    gamma: float = 1.0
+    gamma: float = flag(1.0, at_least=0, at_most=1)
     """ppo, reinforce_pp: discount per agent token"""
-    lam: float = 1.0
+    lam: float = flag(1.0, at_least=0, at_most=1)
     """ppo: GAE lambda"""
     norm_adv: bool = True
     """ppo: whiten the advantages over the batch's agent tokens (verl's masked_whiten)"""
-    whiten_eps: float = 1e-8
+    whiten_eps: float = flag(1e-8, at_least=0)
     """ppo, reinforce_pp: added to the std (ppo) or the variance (reinforce_pp) when whitening"""
-    vf_coef: float = 0.5
+    vf_coef: float = flag(0.5, at_least=0)
     """ppo: weight of the value loss"""
-    vf_clip: float = 0.5
+    vf_clip: float = flag(0.5, above=0)
     """ppo: clip range of the new values around the old ones (verl's cliprange_value)"""
-    step_weight: float = 1.0
+    step_weight: float = flag(1.0, at_least=0)
     """gigpo: omega, weight of the step-level (anchor-state) advantage (GiGPO, Feng et al., 2025)"""
-    step_gamma: float = 0.95
+    step_gamma: float = flag(0.95, at_least=0, at_most=1)
     """gigpo: gamma, discount per turn of the step returns (GiGPO, Feng et al., 2025)"""
-    step_norm: str = "std"
+    step_norm: str = flag("std", choices=("std", "mean"))
     """gigpo: step-level normalisation, std ((R - mean) / std, the paper's) or mean (R - mean)"""
-    anchor_normaliser: str = "exact"
+    anchor_normaliser: str = flag("exact", choices=list(gigpo.ANCHOR_NORMALISERS))
     """gigpo: how observations match into anchor states: exact, whitespace, or babyai (drops the server's notes)"""
-    critic_lr: float = 0.0
+    critic_lr: float = flag(0.0, at_least=0)
     """ppo: learning rate of the critic; 0: the policy's"""
-    probe_every: int = 0
+    probe_every: int = flag(0, at_least=0)
     """BabyAI: log the mission-binding probe (benchmarks/binding_probe.py) every N steps; 0: never"""
-    probe_states: int = 100
+    probe_states: int = flag(100, at_least=1)
     """held-out GoToLocal tasks the probe reads"""
-    eval_episodes: int = 200
+    eval_episodes: int = flag(200, at_least=0)
     """test tasks for eval_before / eval_after (0: skip)"""
-    eval_samples: int = 1
+    eval_samples: int = flag(1, at_least=1)
     """episodes per test task at eval_before / eval_after (a small test split needs several)"""
-    eval_max_turns: int = 0
+    eval_max_turns: int = flag(0, at_least=0)
     """max turns at evaluation; 0: the schedule's last horizon"""
-    eval_every: int = 0
+    eval_every: int = flag(0, at_least=0)
     """also evaluate on the test split every N steps (logged as eval/success, eval/turns); 0: never"""
-    save_every: int = 20
+    save_every: int = flag(20, at_least=1)
     """checkpoint every N steps (and at the end)"""
-    save_rollouts_every: int = 0
+    save_rollouts_every: int = flag(0, at_least=0)
     """write every Nth step's rollouts to <out>/rollouts/step_N.jsonl, to watch them in view.py (0: never)"""
-    resume: str = ""
+    resume: str = flag("", check=lambda path: check_checkpoint(path))
     """checkpoint folder to continue from (model, optimizer, algorithm state, step, RNG)"""
-    mixed_precision: str = "no"
+    mixed_precision: str = flag("no", choices=("no", "fp16", "bf16"))
     """Accelerate mixed precision: no, fp16, bf16 (autocast; the trained weights stay float32)"""
-    generation_batch_size: int = 256
+    generation_batch_size: int = flag(256, at_least=1)
     """episodes that generate at once at rollout (their KV caches share the memory); the rest wait"""
-    micro_batch_size: int = 0
+    micro_batch_size: int = flag(0, at_least=0)
     """rows per forward/backward at most; a minibatch's gradients are accumulated over them (the step is the same); 0: no row limit"""
-    micro_batch_tokens: int = 4096
+    micro_batch_tokens: int = flag(4096, at_least=0)
     """padded tokens per forward/backward at most (rows x the longest row; rows sorted by length fill micro-batches up to it, a longer row goes alone); 0: no limit"""
     gradient_checkpointing: bool = False
     """recompute each layer's activations in backward instead of keeping them (less memory, ~1/3 more compute)"""
-    ref_device: str = "auto"
+    ref_device: str = flag("auto", choices=("auto", "cpu"))
     """where the frozen reference model lives: auto (the policy's device) or cpu"""
-    lora_rank: int = 0
+    lora_rank: int = flag(0, at_least=0)
     """train rank-R LoRA adapters (machinery/lora.py) instead of all weights; the reference is the base with adapters off; 0: off"""
-    lora_alpha: float = 0.0
+    lora_alpha: float = flag(0.0, at_least=0)
     """LoRA scale alpha (the update is alpha / rank * B A); 0: 2 * rank"""
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_split(self.env, "train_split", self.train_split)
+        check_split(self.env, "test_split", self.test_split)
+        if self.group_size < 2 and self.algo in ("grpo", "rloo", "gigpo"):
+            raise ValueError(f"--group-size {self.group_size}: {self.algo} compares the samples of a task's group, "
+                             "so it needs at least 2 (ppo and reinforce_pp learn from 1)")
 
 
 def parse_args(argv=None) -> Config:
@@ -300,8 +308,6 @@ def setup(cfg: Config) -> Run:
     os.makedirs(cfg.out, exist_ok=True)
     seed_everything(cfg.seed)  # python's `random`, which picks the tasks, is the same on every process
     spec = ENVS[cfg.env]
-    if cfg.schedule not in ("staged", "adaptive"):
-        raise ValueError(f"--schedule must be staged or adaptive, got {cfg.schedule!r}")
     rounds = [int(h) for h in cfg.rounds.split(",")]
     schedule = (adaptive(rounds, cfg.adapt_window, cfg.adapt_cut_share, cfg.adapt_min_gain)
                 if cfg.schedule == "adaptive" else staged(rounds, cfg.steps_per_stage))
@@ -669,6 +675,14 @@ def save_checkpoint(cfg, accelerator, policy, forward, optimizer, step, ref_path
             os.replace(final, prev)
         os.replace(tmp, final)
     dist.barrier()
+
+
+def check_checkpoint(path: str) -> str | None:
+    """--resume: empty, or a folder save_checkpoint wrote (or its .prev)."""
+    if not path or any(os.path.exists(os.path.join(p, "state.pt")) for p in (path, path + ".prev")):
+        return None
+    return (f"no checkpoint there (looked for {os.path.join(os.path.abspath(path), 'state.pt')}); "
+            "allowed: a folder train.py saved, e.g. runs/default/checkpoint")
 
 
 def checkpoint_folder(path: str) -> str:
