@@ -305,7 +305,6 @@ def setup(cfg: Config) -> Run:
     """Seeds, the policy, its reference and optimizer, the algorithm's state, the environments and
     the output folder, in an order a --seed reproduces; with --resume, all of it as the checkpoint
     left it (its step, RNG streams, optimizer and algorithm state; metrics.jsonl trimmed back)."""
-    os.makedirs(cfg.out, exist_ok=True)
     seed_everything(cfg.seed)  # python's `random`, which picks the tasks, is the same on every process
     spec = ENVS[cfg.env]
     rounds = [int(h) for h in cfg.rounds.split(",")]
@@ -315,6 +314,7 @@ def setup(cfg: Config) -> Run:
     set_threads(cfg, device)
     accelerator = Accelerator(mixed_precision=cfg.mixed_precision, cpu=device == "cpu")
     url = server_url(cfg.url, dist.rank())  # a dead --url is a clear error before anything else runs
+    os.makedirs(cfg.out, exist_ok=True)
     main = accelerator.is_main_process
     if cfg.tasks_per_step < dist.world():
         raise ValueError(f"--tasks-per-step {cfg.tasks_per_step} < {dist.world()} processes: some would have no task")
