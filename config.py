@@ -40,16 +40,17 @@ def flag(default, *, choices=None, at_least=None, above=None, at_most=None, item
     return dataclasses.field(default=default, metadata={"allowed": rule})
 
 
-def problem(value, choices=None, at_least=None, above=None, at_most=None, items=None, check=None) -> str | None:
-    """What is wrong with `value` under one field's rule (see `flag`), as the error line's end; None: nothing."""
+def problem(value, choices=None, at_least=None, above=None, at_most=None, items=None, check=None):
+    """What is wrong with `value` under one field's rule (see `flag`), the end of the error line;
+    None: nothing."""
     if value is None:
         return None
     if choices is not None and value not in choices:
         return "choose one of " + ", ".join(map(str, choices))
     if check is not None:
         return check(value)
-    bounds = " and ".join(f"{word} {b}" for word, b in (("at least", at_least), ("above", above), ("at most", at_most))
-                       if b is not None)
+    named = (("at least", at_least), ("above", above), ("at most", at_most))
+    bounds = " and ".join(f"{word} {b}" for word, b in named if b is not None)
     values = [value]
     if items is not None:
         try:
@@ -93,15 +94,18 @@ def check_model(name: str) -> str | None:
                        or (name.count("/") == 1 and os.path.isdir(first))
                        or not re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?", name))
     if looks_like_path:
-        return (f"no such file or folder (looked for {os.path.abspath(os.path.expanduser(name))}); allowed: tiny, "
-                f"{', '.join(GGUF_MODELS)}, a .gguf file, a train.py checkpoint folder or a Hugging Face id (org/name)")
+        return (f"no such file or folder (looked for {os.path.abspath(os.path.expanduser(name))}); "
+                f"allowed: tiny, {', '.join(GGUF_MODELS)}, a .gguf file, a train.py checkpoint folder "
+                "or a Hugging Face id (org/name)")
     return None
 
 
 def check_urls(url: str) -> str | None:
     """--url: empty, or comma-separated http(s) addresses."""
     bad = [u for u in url.split(",") if u and not u.startswith(("http://", "https://"))]
-    return "expected comma-separated http:// or https:// addresses (e.g. http://localhost:36001)" if bad else None
+    if bad:
+        return "expected comma-separated http:// or https:// addresses, e.g. http://localhost:36001"
+    return None
 
 
 def check_split(env: str, name: str, split: str) -> None:

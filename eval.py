@@ -63,7 +63,8 @@ class EvalConfig(AgentConfig):
         if not self.task_ids:
             check_split(self.env, "split", self.split)
         if self.render and self.env != "babyai":
-            raise ValueError(f"--render true: only the BabyAI server draws pictures of its observations, not {self.env}")
+            raise ValueError(f"--render true: only the BabyAI server draws pictures of its observations, "
+                             f"not {self.env}")
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -172,7 +173,8 @@ def check_task_ids(text: str) -> str | None:
         ids = parse_task_ids(text) if text else [0]
     except ValueError:
         ids = []
-    return None if ids and min(ids) >= 0 else "expected comma-separated task ids (data_idx) and ranges a-b, e.g. 0-99,200"
+    ok = ids and min(ids) >= 0
+    return None if ok else "expected comma-separated task ids (data_idx) and ranges a-b, e.g. 0-99,200"
 
 
 def check_sweep(text: str) -> str | None:

@@ -184,8 +184,8 @@ class Config(AgentConfig):
         check_split(self.env, "train_split", self.train_split)
         check_split(self.env, "test_split", self.test_split)
         if self.group_size < 2 and self.algo in ("grpo", "rloo", "gigpo"):
-            raise ValueError(f"--group-size {self.group_size}: {self.algo} compares the samples of a task's group, "
-                             "so it needs at least 2 (ppo and reinforce_pp learn from 1)")
+            raise ValueError(f"--group-size {self.group_size}: {self.algo} compares the samples of a task's "
+                             "group, so it needs at least 2 (ppo and reinforce_pp learn from 1)")
 
 
 def parse_args(argv=None) -> Config:
@@ -227,7 +227,8 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
             horizon = run.schedule.horizon(step, run.history)
             # 2. rollout: tasks_per_step tasks x group_size samples, at most `horizon` turns each
             tasks = random.sample(run.train_tasks, cfg.tasks_per_step)  # the same on every process
-            mine = [g for g in dist.shard(list(range(len(tasks)))) for _ in range(cfg.group_size)]  # whole groups
+            # this process's share of the tasks, in whole groups
+            mine = [g for g in dist.shard(list(range(len(tasks)))) for _ in range(cfg.group_size)]
             policy.model.eval()
             with timed(tm, "rollout"), dist.full_weights(forward):
                 episodes = rollout(policy, run.pool, run.spec, [tasks[g] for g in mine], horizon, groups=mine,
@@ -245,20 +246,23 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
                 with timed(tm, "reference"), accelerator.autocast(), lora.reference(policy.model), \
                         dist.full_weights(forward):
                     batch.ref_logprobs = reference_logprobs(run.ref_model or policy.model, batch, cfg)
-            with timed(tm, "advantages"), accelerator.autocast():  # an algorithm's own model reads the batch here
+            # (an algorithm with a model of its own, PPO's critic, reads the batch here)
+            with timed(tm, "advantages"), accelerator.autocast():
                 algo.advantages(batch, cfg, state)
             # 4. update: `epochs` passes of clipped-ratio steps over minibatches
             policy.model.train()
             stats = update(forward, batch, len(trajs), algo, cfg, state, accelerator, run.trained, tm)
             # 5. log (with the periodic evaluation), checkpoint
             gen_tokens = int(dist.global_sum(int(batch.loss_mask.sum())))
-            m = step_metrics(run, step, horizon, trajs, batch, stats, gen_tokens, n_errors, t0, t_roll, t_update)
+            m = step_metrics(run, step, horizon, trajs, batch, stats, gen_tokens, n_errors,
+                             t0, t_roll, t_update)
             m.update(evaluation(run, "step", step))
             log_step(run, m, episodes)
             bar.set_postfix(h=horizon, succ=f"{m['charts/success']:.2f}", turns=f"{m['charts/turns']:.1f}")
             if step % cfg.save_every == 0 or step == cfg.steps:
                 with timed(tm, "checkpoint"):
-                    save_checkpoint(cfg, accelerator, policy, forward, run.optimizer, step, run.ref_path, state)
+                    save_checkpoint(cfg, accelerator, policy, forward, run.optimizer, step, run.ref_path,
+                                    state)
             if profile is not None:
                 profile.append({"step": step, "horizon": horizon, "episodes": len(trajs),
                                 "agent_tokens": gen_tokens, "total": time.time() - t0, **tm})
@@ -339,8 +343,9 @@ def setup(cfg: Config) -> Run:
     n_eval = min(cfg.eval_episodes, len(spec.splits[cfg.test_split]))
     # this process's environments: its own local server (on a free port), or its share of --url's list
     my_tasks = len(dist.shard(list(range(cfg.tasks_per_step))))
-    pool = open_pool(cfg.env, size=max(my_tasks * cfg.group_size, math.ceil(n_eval * cfg.eval_samples / dist.world())),
-                     url=url, log_path=os.path.join(cfg.out, "server.log" if main else f"server.{dist.rank()}.log"))
+    size = max(my_tasks * cfg.group_size, math.ceil(n_eval * cfg.eval_samples / dist.world()))
+    log_path = os.path.join(cfg.out, "server.log" if main else f"server.{dist.rank()}.log")
+    pool = open_pool(cfg.env, size=size, url=url, log_path=log_path)
     summary = {"config": dataclasses.asdict(cfg)}
     summary_path = os.path.join(cfg.out, "summary.json")
     if saved and os.path.exists(summary_path):
@@ -350,13 +355,15 @@ def setup(cfg: Config) -> Run:
     dist.barrier()  # the main process has trimmed metrics.jsonl: now every process may read it
     metrics_path = os.path.join(cfg.out, "metrics.jsonl")
     history = [r for r in map(json.loads, open(metrics_path)) if r["step"] < start] if saved else []
-    probe = collect_states(pool, probe_tasks(cfg.probe_states)) if cfg.probe_every and cfg.env == "babyai" else []
-    return Run(cfg=cfg, accelerator=accelerator, device=device, spec=spec, schedule=schedule, policy=policy, forward=forward,
-               optimizer=optimizer, ref_model=ref_model, ref_path=ref_path, algo=algo, state=state,
-               trained=[(forward, optimizer)] + ([(state.model, state.optimizer)] if state else []), pool=pool,
-               train_tasks=spec.splits[cfg.train_split], test_tasks=spec.splits[cfg.test_split][:n_eval],
-               eval_turns=cfg.eval_max_turns or schedule.rounds[-1], probe=probe, start=start, history=history,
-               summary=summary, writer=tensorboard(cfg.out) if main else None, main=main)
+    probed = cfg.probe_every and cfg.env == "babyai"
+    probe = collect_states(pool, probe_tasks(cfg.probe_states)) if probed else []
+    trained = [(forward, optimizer)] + ([(state.model, state.optimizer)] if state else [])
+    return Run(cfg=cfg, accelerator=accelerator, device=device, spec=spec, schedule=schedule, policy=policy,
+               forward=forward, optimizer=optimizer, ref_model=ref_model, ref_path=ref_path, algo=algo,
+               state=state, trained=trained, pool=pool, train_tasks=spec.splits[cfg.train_split],
+               test_tasks=spec.splits[cfg.test_split][:n_eval], probe=probe, start=start, history=history,
+               eval_turns=cfg.eval_max_turns or schedule.rounds[-1], summary=summary,
+               writer=tensorboard(cfg.out) if main else None, main=main)
 
 
 def load_models(cfg: Config, accelerator, device: str, saved: dict | None):
@@ -364,9 +371,11 @@ def load_models(cfg: Config, accelerator, device: str, saved: dict | None):
     reference model (None: no KL term, or LoRA, whose reference is the base with its adapters off)
     and the path of the run's starting weights, which the reference is."""
     policy = load_agent(cfg, accelerator.device, model=cfg.resume or None, trainable=True)
-    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.mixed_precision) if device == "cuda" else None
+    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.mixed_precision)
+    half = half if device == "cuda" else None
     if cfg.lora_rank and not lora.has_adapters(policy.model):
-        policy.model = lora.add_adapters(policy.model.to(half or torch.float32), cfg.lora_rank, cfg.lora_alpha)
+        policy.model = lora.add_adapters(policy.model.to(half or torch.float32), cfg.lora_rank,
+                                         cfg.lora_alpha)
     if cfg.gradient_checkpointing:  # active in train mode only: generation keeps its KV cache
         policy.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     ref_path = saved["ref_path"] if saved else policy.path
@@ -521,7 +530,8 @@ def log_step(run: Run, m: dict, episodes: list) -> None:
     if cfg.save_rollouts_every and step % cfg.save_rollouts_every == 0:
         episodes = dist.gather(episodes)  # in task order
         if run.main:
-            write_trajectories(os.path.join(cfg.out, "rollouts", f"step_{step:06d}.jsonl"), episodes, step=step)
+            path = os.path.join(cfg.out, "rollouts", f"step_{step:06d}.jsonl")
+            write_trajectories(path, episodes, step=step)
 
 
 def finish(run: Run) -> None:

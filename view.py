@@ -246,8 +246,8 @@ def main(argv=None) -> str:
     args = p.parse_args(argv)
     for path in args.inputs:
         if not os.path.exists(path):
-            p.error(f"{path}: no such file or folder (looked for {os.path.abspath(path)}); allowed: an eval.py "
-                    "or train.py output folder, or a .jsonl file of trajectories")
+            p.error(f"{path}: no such file or folder (looked for {os.path.abspath(path)}); allowed: "
+                    "an eval.py or train.py output folder, or a .jsonl file of trajectories")
     first = args.inputs[0]
     out = args.out or os.path.join(first if os.path.isdir(first) else os.path.dirname(first) or ".", "report.html")
     data = report(args.inputs)

@@ -24,7 +24,7 @@ TRAIN_BAD = [
     (["--train-split", "nope"], "babyai has the splits train, test"),
     (["--test-split", "nope"], "babyai has the splits train, test"),
     (["--env", "textcraft", "--test-split", "mission-test"], "textcraft has the splits train, test"),
-    (["--model", "runs/nope/checkpoint"], "no such file or folder (looked for " + os.path.join(ROOT, "runs/nope")),
+    (["--model", "runs/nope/checkpoint"], "no such file or folder (looked for " + os.path.join(ROOT, "runs")),
     (["--model", "./nope.gguf"], "allowed: tiny, smollm2, a .gguf file"),
     (["--resume", "true"], "looked for " + os.path.join(ROOT, "true", "state.pt")),
     (["--group-size", "0"], "--group-size 0: must be at least 1"),
@@ -109,7 +109,8 @@ def test_good_values_still_parse():
                       "--env", "textcraft", "--train-split", "depth1-train", "--test-split", "depth1-test",
                       "--max-new-tokens", "auto", "--url", "http://localhost:1,https://example.org:2",
                       "--gamma", "0.99", "--eval-episodes", "0", "--model", "tiny"])
-    assert (cfg.algo, cfg.group_size, cfg.rounds, cfg.max_new_tokens, cfg.eval_episodes) == ("ppo", 1, "2,4,8", None, 0)
+    got = (cfg.algo, cfg.group_size, cfg.rounds, cfg.max_new_tokens, cfg.eval_episodes)
+    assert got == ("ppo", 1, "2,4,8", None, 0)
     assert parse_args([]) == Config()  # the defaults are allowed
     ev = parse(eval_module.EvalConfig, ["--task-ids", "0-9,20", "--split", "nope-ignored-with-task-ids",
                                         "--sweep-max-turns", "1,2,4", "--n-samples", "4"])
