@@ -54,8 +54,8 @@ import reinforce_pp
 import tiny
 import view
 from agent import rollout
-from algorithm import load_state, save_state
-from batch import Batch, make_batch, token_logprobs
+from algorithm import dynamic_sampling, load_state, mask_truncated, save_state
+from batch import make_batch, micro_batches, token_logprobs
 from machinery.logprobs import LogprobForward
 from benchmarks.binding_probe import binding, collect_states, probe_tasks
 from config import AgentConfig, load_agent, parse, resolve_device, set_threads
@@ -115,7 +115,15 @@ class Config(AgentConfig):
     max_grad_norm: float = 1.0
     """gradient clipping (the policy's, and the critic's separately)"""
     clip_ratio: float = 0.2
-    """all algorithms: clip range eps of the policy ratio (PPO, eq. 7)"""
+    """all algorithms: clip range eps of the policy ratio (PPO, eq. 7); with --clip-ratio-high, the lower one"""
+    clip_ratio_high: float = 0.0
+    """all algorithms: upper clip range eps_high, the ratio clipped to [1 - clip_ratio, 1 + eps_high] (DAPO's clip-higher, e.g. 0.28); 0: clip_ratio"""
+    dynamic_sampling: bool = False
+    """drop groups whose rewards are all equal (no GRPO signal) and roll out more groups to refill the batch (DAPO's dynamic sampling)"""
+    dynamic_max_rounds: int = 3
+    """dynamic sampling: extra rollouts per step at most; then train on what was kept (logged as dynamic/rounds)"""
+    overlong_filter: bool = False
+    """leave episodes with a reply cut at --max-new-tokens out of the loss (DAPO's overlong filtering; their reward still counts in the group's baseline)"""
     kl_coef: float = 0.001
     """all algorithms: weight of the KL to the frozen reference model (k3 loss term; REINFORCE++: in the reward); 0: no reference model"""
     entropy_coef: float = 0.001
@@ -143,7 +151,7 @@ class Config(AgentConfig):
     anchor_normaliser: str = "exact"
     """gigpo: how observations match into anchor states: exact, whitespace, or babyai (drops the server's notes)"""
     critic_lr: float = 0.0
-    """ppo: learning rate of the critic; 0: the policy's"""
+    """ppo: learning rate of the critic; 0: AgentGym-RL's 1e-5, or the policy's lr where larger (tiny)"""
     probe_every: int = 0
     """BabyAI: log the mission-binding probe (benchmarks/binding_probe.py) every N steps; 0: never"""
     probe_states: int = 100
@@ -334,15 +342,15 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
             t0 = time.time()
             tm = {} if profile is not None else None  # this step's sections (timing.timed)
             horizon = schedule.horizon(step, history)
-            tasks = random.sample(train_tasks, cfg.tasks_per_step)  # the same on every process
-            mine = dist.shard(list(range(len(tasks))))  # this process's tasks: whole groups
             policy.model.eval()
-            with timed(tm, "rollout"), dist.full_weights(forward):
-                trajs = rollout(policy, pool, spec, [tasks[g] for g in mine for _ in range(cfg.group_size)], horizon,
-                                groups=[g for g in mine for _ in range(cfg.group_size)],
-                                batch_size=cfg.generation_batch_size, timings=tm)
-            t_roll = time.time() - t0
+            roll = lambda r: roll_groups(policy, forward, pool, spec, random.sample(train_tasks, cfg.tasks_per_step),
+                                         horizon, cfg, tm, first_group=r * cfg.tasks_per_step)
+            trajs = roll(0)
             episodes, trajs = trajs, usable(trajs, step)  # all of them (saved), those that train
+            extra = {}  # DAPO's filters (algorithm.py), off by default
+            if cfg.dynamic_sampling:  # refill with groups that carry a signal
+                trajs, extra = dynamic_sampling(trajs, lambda r: usable(roll(r), step), my_tasks, cfg.dynamic_max_rounds)
+            t_roll = time.time() - t0
             n_errors = dist.global_sum(len(episodes) - len(trajs))
             # the processes update together: one with nothing to learn from skips the step for all
             skip = dist.global_max(int(not trajs))
@@ -357,6 +365,8 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
                 continue
             with timed(tm, "make_batch"):
                 batch = make_batch(trajs, policy.tokenizer.pad_token_id)
+            if cfg.overlong_filter:
+                extra["charts/overlong_masked"] = dist.global_sum(mask_truncated(batch, [t.truncated > 0 for t in trajs]))
             t_update = time.time()
             if cfg.kl_coef:
                 with timed(tm, "reference"), accelerator.autocast(), lora.reference(policy.model), \
@@ -385,7 +395,7 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
                 "perf/update_tokens_per_s": cfg.epochs * dist.global_sum(int(batch.attention_mask.sum()))
                 / (time.time() - t_update),
                 "perf/peak_memory_gb": dist.global_max(peak_memory_gb(device)),  # the largest process's
-                **stats,
+                **stats, **extra,
             }
             if n_eval and cfg.eval_every and step % cfg.eval_every == 0 and step != cfg.steps:  # last: eval_after
                 with dist.full_weights(forward):
@@ -430,6 +440,16 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
     return summary
 
 
+def roll_groups(policy, forward, pool, spec, tasks: list, horizon: int, cfg, tm=None, first_group: int = 0) -> list:
+    """Roll out each of `tasks` (the same list on every process) `cfg.group_size` times: this
+    process's share of them, whole groups, numbered from `first_group`."""
+    mine = dist.shard(list(range(len(tasks))))
+    with timed(tm, "rollout"), dist.full_weights(forward):
+        return rollout(policy, pool, spec, [tasks[g] for g in mine for _ in range(cfg.group_size)], horizon,
+                       groups=[first_group + g for g in mine for _ in range(cfg.group_size)],
+                       batch_size=cfg.generation_batch_size, timings=tm)
+
+
 def log_metrics(path: str, writer, m: dict) -> None:
     with open(path, "a") as f:
         f.write(json.dumps(m) + "\n")
@@ -437,22 +457,6 @@ def log_metrics(path: str, writer, m: dict) -> None:
         for k, v in m.items():
             if k != "step":
                 writer.add_scalar(k, v, m["step"])
-
-
-def micro_batches(mb, rows: int = 0, tokens: int = 0) -> list[tuple[torch.Tensor, Batch]]:
-    """Minibatch `mb` as (row indices, micro-batch) pairs: its rows sorted by length, cut wherever
-    a micro-batch would pass `rows` rows or `tokens` padded tokens (its rows x its longest row; 0:
-    no limit), each trimmed to its longest row. Sorting is what makes the cut pay: rows of similar
-    length pad little (the demo's batch: 18k real tokens, 36k padded to its longest row), and the
-    forward's cost is per padded token. A row longer than `tokens` goes alone."""
-    lengths = mb.attention_mask.sum(-1)
-    groups: list[list[int]] = [[]]
-    for i in lengths.argsort(stable=True).tolist():  # shortest first: the row added is the longest
-        n = len(groups[-1]) + 1
-        if groups[-1] and ((rows and n > rows) or (tokens and n * int(lengths[i]) > tokens)):
-            groups.append([])
-        groups[-1].append(i)
-    return [(idx, mb.select(idx).trim()) for idx in map(torch.tensor, groups) if len(idx)]
 
 
 def update(forward, batch, n_trajs: int, algo, cfg, state, accelerator, trained, tm=None) -> dict:

@@ -8,6 +8,7 @@ import torch
 
 import gigpo
 import grpo
+from algorithm import returns_to_go
 from batch import Batch
 from train import ALGOS, Config
 
@@ -44,8 +45,25 @@ def test_step_groups_are_anchor_states_within_an_episode_group():
 
 
 def test_discounted_returns_per_turn():
-    assert gigpo.discounted_returns([0.0, 0.0, 1.0], 0.5) == [0.25, 0.5, 1.0]
-    assert gigpo.discounted_returns([0.2, 0.0, 1.0], 0.9) == [0.2 + 0.81, 0.9, 1.0]
+    g = lambda r, gamma: returns_to_go(torch.tensor(r, dtype=torch.float64), gamma).tolist()
+    assert g([0.0, 0.0, 1.0], 0.5) == [0.25, 0.5, 1.0]
+    assert g([0.2, 0.0, 1.0], 0.9) == [0.2 + 0.81, 0.9, 1.0]
+
+
+def test_mean_norm_drops_the_std_at_both_levels():
+    """verl-agent's mean-norm: A^E = R - mean, A^S = R_t - mean (no std). Rewards [1, 0, 0, 0],
+    one turn each from one start state: A^E = 0.75 for the first, A^S = 0.75 too (gamma^0 R)."""
+    anchors = [["s0"]] * 4
+    got = gigpo.gigpo_advantages([1.0, 0.0, 0.0, 0.0], [0] * 4, anchors, omega=0.0, step_norm="mean")
+    assert [a[0] for a in got] == [0.75, -0.25, -0.25, -0.25]
+    got = gigpo.gigpo_advantages([1.0, 0.0, 0.0, 0.0], [0] * 4, anchors, omega=1.0, step_norm="mean")
+    assert [a[0] for a in got] == [1.5, -0.5, -0.5, -0.5]
+    std = gigpo.gigpo_advantages([1.0, 0.0, 0.0, 0.0], [0] * 4, anchors, omega=0.0, step_norm="std")
+    assert abs(std[0][0] - 1.5) < 1e-5  # (1 - 0.25) / 0.5
+    # the step level alone: two rollouts meet at s1 with returns 1 and 0 -> +-0.5, not +-0.707
+    got = gigpo.gigpo_advantages([1.0, 0.0], [0, 0], [["s0", "s1"], ["s0", "s1"]], omega=1.0, gamma=1.0,
+                                 step_norm="mean")
+    assert got == [[1.0, 1.0], [-1.0, -1.0]]  # A^E +-0.5, A^S +-0.5 at both shared states
 
 
 def test_combined_advantage_matches_a_hand_computed_example():
