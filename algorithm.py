@@ -42,6 +42,7 @@ from typing import Callable
 
 import torch
 
+from batch import agent_tokens
 from machinery import dist
 
 
@@ -100,6 +101,18 @@ def returns_to_go(rewards: torch.Tensor, gamma: float) -> torch.Tensor:
         running = rewards[k] + gamma * running
         out[k] = running
     return out
+
+
+def outcome_on_last_token(batch):
+    """Per trajectory with agent tokens: (rows, cols) of its agent tokens in the order they were
+    sampled (`batch.agent_tokens`) and their (n_agent,) rewards, the outcome R on the LAST agent
+    token and 0 before it (PPO's GAE and REINFORCE++'s return-to-go read the same MDP)."""
+    for n in range(len(batch.rewards)):
+        b, t = agent_tokens(batch, n)
+        if len(b):
+            r = torch.zeros(len(b))  # (n_agent,)
+            r[-1] = batch.rewards[n]
+            yield b, t, r
 
 
 KL_LOG_RATIO_CLAMP, KL_MAX = 20.0, 10.0  # verl's low_var_kl bounds

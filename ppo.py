@@ -67,8 +67,9 @@ import copy
 import torch
 import torch.nn as nn
 
-from algorithm import Algorithm, State, clipped_policy_loss, global_masked_moments, masked_mean
-from batch import agent_tokens, micro_batches
+from algorithm import (Algorithm, State, clipped_policy_loss, global_masked_moments, masked_mean,
+                       outcome_on_last_token)
+from batch import micro_batches
 from machinery.logprobs import position_ids, predicting_positions
 
 
@@ -143,12 +144,7 @@ def advantages(batch, cfg, state: State | None = None) -> None:
     values = batch.values.float().cpu() if batch.values is not None else torch.zeros_like(batch.loss_mask)
     adv = torch.zeros_like(batch.loss_mask)  # (B, T)
     ret = torch.zeros_like(batch.loss_mask)
-    for n in range(len(batch.rewards)):
-        b, t = agent_tokens(batch, n)
-        if len(b) == 0:
-            continue
-        r = torch.zeros(len(b))  # (n_agent,)
-        r[-1] = batch.rewards[n]  # the outcome, on the last agent token
+    for b, t, r in outcome_on_last_token(batch):  # each trajectory's agent tokens, R on the last
         a, g = gae(r, values[b, t], cfg.gamma, cfg.lam)
         adv[b, t], ret[b, t] = a, g
     batch.values = values * batch.loss_mask

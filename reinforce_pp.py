@@ -30,22 +30,17 @@ Reads cfg.kl_coef, cfg.gamma, cfg.whiten_eps, cfg.clip_ratio, cfg.entropy_coef (
 
 import torch
 
-from algorithm import Algorithm, clipped_policy_loss, global_masked_moments, masked_mean, returns_to_go
-from batch import agent_tokens
+from algorithm import (Algorithm, clipped_policy_loss, global_masked_moments, masked_mean, outcome_on_last_token,
+                       returns_to_go)
 
 
 def advantages(batch, cfg, state=None) -> None:
     """Fill batch.returns (B, T, the raw G) and batch.advantages (B, T, G whitened over the
     batch's agent tokens). Zero off the agent tokens."""
     ret = torch.zeros_like(batch.loss_mask)  # (B, T)
-    for n in range(len(batch.rewards)):
-        b, t = agent_tokens(batch, n)
-        if len(b) == 0:
-            continue
-        r = torch.zeros(len(b))  # (n_agent,)
-        if batch.ref_logprobs is not None and cfg.kl_coef:
-            r = -cfg.kl_coef * (batch.old_logprobs[b, t] - batch.ref_logprobs[b, t].cpu())
-        r[-1] += batch.rewards[n]  # the outcome, on the last agent token
+    for b, t, r in outcome_on_last_token(batch):  # each trajectory's agent tokens, R on the last
+        if batch.ref_logprobs is not None and cfg.kl_coef:  # minus the k1 KL on every agent token
+            r = r - cfg.kl_coef * (batch.old_logprobs[b, t] - batch.ref_logprobs[b, t].cpu())
         ret[b, t] = returns_to_go(r, cfg.gamma)
     mean, var = global_masked_moments(ret, batch.loss_mask)  # over every process's agent tokens (machinery/dist.py)
     batch.returns = ret

@@ -154,15 +154,37 @@ def test_with_omega_zero_gigpo_is_grpo():
     torch.testing.assert_close(got, b.advantages)
 
 
-def test_gigpo_trains_end_to_end_on_babyai_and_logs_the_binding_probe(tmp_path):
+def test_gigpo_trains_end_to_end_on_babyai_and_logs_the_binding_probe(tmp_path, monkeypatch):
+    """On real BabyAI rollouts the step-level term reaches the loss: the advantages differ from
+    GRPO's on the same batch (by omega * A^S: the rollouts of a task share at least their start
+    state), and the loss reads them; the probe is logged."""
     import json
 
+    from algorithm import Algorithm
     from train import train
 
+    seen = []
+
+    def advantages(batch, cfg, state=None):
+        gigpo.advantages(batch, cfg, state)
+        a_gigpo = batch.advantages.clone()
+        grpo.advantages(batch, cfg, state)
+        a_grpo, batch.advantages = batch.advantages, a_gigpo
+        seen.append((a_gigpo - a_grpo)[batch.loss_mask == 1])
+
+    losses = []
+
+    def loss(logp, entropy, mb, cfg, state=None):
+        losses.append(mb.advantages.clone())
+        return grpo.loss(logp, entropy, mb, cfg, state)
+
+    monkeypatch.setitem(ALGOS, "gigpo", Algorithm(advantages, loss))
     train(Config(algo="gigpo", steps=2, tasks_per_step=2, group_size=3, minibatch_size=3, eval_episodes=0,
                  rounds="2,3", steps_per_stage=1, out=str(tmp_path), probe_every=2, probe_states=12))
     rows = [json.loads(x) for x in open(tmp_path / "metrics.jsonl")]
     assert [r["step"] for r in rows] == [1, 2]
     assert all(r["losses/loss"] == r["losses/loss"] for r in rows)  # not NaN
+    assert len(seen) == 2 and max(d.abs().max().item() for d in seen) > 0.05  # the step term is there
+    assert any((a != 0).any() for a in losses)  # and the loss read the advantages
     p = rows[-1]
     assert 0 < p["probe/p_mission"] + p["probe/p_other"] <= 1 + 1e-6 and 0 < p["probe/chance"] < 1
