@@ -9,7 +9,8 @@ Adding an algorithm is one file that builds an `Algorithm` and one line in `trai
 GRPO, RLOO, PPO and REINFORCE++ differ only in the advantage (and PPO adds a value loss): all of
 them maximise PPO's clipped surrogate objective (Schulman et al., 2017, eq. 7)
 
-    L^CLIP = E_t[ min(r_t A_t, clip(r_t, 1 - eps_low, 1 + eps_high) A_t) ],   r_t = pi(a_t|s_t) / pi_old(a_t|s_t)
+    L^CLIP = E_t[ min(r_t A_t, clip(r_t, 1 - eps_low, 1 + eps_high) A_t) ],
+                                          r_t = pi(a_t|s_t) / pi_old(a_t|s_t)
 
 over the agent tokens of a minibatch, averaged per token ("token-mean"), written below as the loss
 max(-A r, -A clip(r)) = -min(A r, A clip(r)). eps_low = eps_high = --clip-ratio is PPO's; a larger
@@ -154,7 +155,8 @@ def clipped_policy_loss(logp: torch.Tensor, entropy: torch.Tensor | None, mb, ad
     with torch.no_grad():
         stats["losses/policy_loss"] = pg_loss.item()
         stats["losses/approx_kl"] = masked_mean((ratio - 1) - log_ratio, m).item()
-        stats["losses/clipfrac"] = masked_mean(((ratio < 1 - eps_low) | (ratio > 1 + eps_high)).float(), m).item()
+        clipped = (ratio < 1 - eps_low) | (ratio > 1 + eps_high)
+        stats["losses/clipfrac"] = masked_mean(clipped.float(), m).item()
     return total, stats
 
 
@@ -178,10 +180,10 @@ def dynamic_sampling(trajs: list, roll_more: Callable[[int], list], want: int, m
     their `.group` ids must not repeat earlier ones), at most `max_rounds` more times. The kept
     groups past `want` are dropped, so the batch keeps its size; at the cap the batch is what was
     kept (smaller), and when no group was kept, the first round's (as without dynamic sampling: a
-    step is never skipped for want of signal, it has only the KL and entropy terms). Returns (trajectories to train on,
-    stats): `dynamic/rounds` extra rollouts, `dynamic/groups_kept`, `dynamic/groups_seen`, and
-    `dynamic/success_all`, the success rate over every episode rolled out (the charts/ metrics then
-    describe only the kept groups)."""
+    step is never skipped for want of signal, it has only the KL and entropy terms).
+    Returns (trajectories to train on, stats): `dynamic/rounds` extra rollouts, `dynamic/groups_kept`
+    (with a reward spread), `dynamic/groups_seen`, and `dynamic/success_all`, the success rate over
+    every episode rolled out (the charts/ metrics then describe only the trained groups)."""
     seen, kept, rounds = list(trajs), informative(trajs), 0
     n_groups = lambda ts: len({t.group for t in ts})
     while rounds < max_rounds and dist.global_max(int(n_groups(kept) < want)):
@@ -190,12 +192,12 @@ def dynamic_sampling(trajs: list, roll_more: Callable[[int], list], want: int, m
         seen += more
         kept += informative(more)
     first = set(list(dict.fromkeys(t.group for t in kept))[:want])  # the first `want` groups rolled out
-    kept = [t for t in kept if t.group in first] or list(trajs)  # none at all: the first round, as without
+    kept = [t for t in kept if t.group in first]
     stats = {"dynamic/rounds": rounds, "dynamic/groups_kept": dist.global_sum(n_groups(kept)),
              "dynamic/groups_seen": dist.global_sum(n_groups(seen)),
              "dynamic/success_all": dist.global_sum(float(sum(t.success for t in seen)))
              / max(1.0, dist.global_sum(float(len(seen))))}
-    return kept, stats
+    return kept or list(trajs), stats  # none at all: the first round, as without dynamic sampling
 
 
 def mask_truncated(batch, truncated: list[bool]) -> int:

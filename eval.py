@@ -18,7 +18,8 @@ or in a category) is left out rather than reported as 0.
 
 An episode that ended in an environment error (a crashed server, a time-out) is not a failure of
 the agent: it is left out of every rate (success, score, turns, pass@k), and `errors` counts these
-(each is in trajectories.jsonl with its `error`). A `--url` that does not answer is an error before anything runs.
+(each is in trajectories.jsonl with its `error`). A `--url` that does not answer is an error before
+anything runs.
 """
 
 import json

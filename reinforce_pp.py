@@ -30,8 +30,8 @@ Reads cfg.kl_coef, cfg.gamma, cfg.whiten_eps, cfg.clip_ratio, cfg.entropy_coef (
 
 import torch
 
-from algorithm import (Algorithm, clipped_policy_loss, global_masked_moments, masked_mean, outcome_on_last_token,
-                       returns_to_go)
+from algorithm import (Algorithm, clipped_policy_loss, global_masked_moments, masked_mean,
+                       outcome_on_last_token, returns_to_go)
 
 
 def advantages(batch, cfg, state=None) -> None:

@@ -343,15 +343,15 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
             tm = {} if profile is not None else None  # this step's sections (timing.timed)
             horizon = schedule.horizon(step, history)
             policy.model.eval()
-            roll = lambda r: roll_groups(policy, forward, pool, spec, random.sample(train_tasks, cfg.tasks_per_step),
-                                         horizon, cfg, tm, first_group=r * cfg.tasks_per_step)
+            roll = lambda r: roll_groups(policy, forward, pool, spec, train_tasks, horizon, cfg, tm, r)  # round r
             trajs = roll(0)
             episodes, trajs = trajs, usable(trajs, step)  # all of them (saved), those that train
+            n_errors = dist.global_sum(len(episodes) - len(trajs))
             extra = {}  # DAPO's filters (algorithm.py), off by default
             if cfg.dynamic_sampling:  # refill with groups that carry a signal
-                trajs, extra = dynamic_sampling(trajs, lambda r: usable(roll(r), step), my_tasks, cfg.dynamic_max_rounds)
+                trajs, extra = dynamic_sampling(trajs, lambda r: usable(roll(r), step), my_tasks,
+                                                cfg.dynamic_max_rounds)
             t_roll = time.time() - t0
-            n_errors = dist.global_sum(len(episodes) - len(trajs))
             # the processes update together: one with nothing to learn from skips the step for all
             skip = dist.global_max(int(not trajs))
             failed_steps = failed_steps + 1 if skip else 0
@@ -366,7 +366,8 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
             with timed(tm, "make_batch"):
                 batch = make_batch(trajs, policy.tokenizer.pad_token_id)
             if cfg.overlong_filter:
-                extra["charts/overlong_masked"] = dist.global_sum(mask_truncated(batch, [t.truncated > 0 for t in trajs]))
+                cut = [t.truncated > 0 for t in trajs]  # a reply cut at --max-new-tokens
+                extra["charts/overlong_masked"] = dist.global_sum(mask_truncated(batch, cut))
             t_update = time.time()
             if cfg.kl_coef:
                 with timed(tm, "reference"), accelerator.autocast(), lora.reference(policy.model), \
@@ -440,13 +441,16 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
     return summary
 
 
-def roll_groups(policy, forward, pool, spec, tasks: list, horizon: int, cfg, tm=None, first_group: int = 0) -> list:
-    """Roll out each of `tasks` (the same list on every process) `cfg.group_size` times: this
-    process's share of them, whole groups, numbered from `first_group`."""
+def roll_groups(policy, forward, pool, spec, train_tasks: list, horizon: int, cfg, tm=None, round_=0) -> list:
+    """Draw `cfg.tasks_per_step` of `train_tasks` (the same on every process) and roll out each
+    `cfg.group_size` times: this process's share of them, whole groups, numbered from
+    round_ * tasks_per_step (dynamic sampling's later rounds get new group ids)."""
+    tasks = random.sample(train_tasks, cfg.tasks_per_step)
     mine = dist.shard(list(range(len(tasks))))
+    first = round_ * cfg.tasks_per_step
     with timed(tm, "rollout"), dist.full_weights(forward):
         return rollout(policy, pool, spec, [tasks[g] for g in mine for _ in range(cfg.group_size)], horizon,
-                       groups=[first_group + g for g in mine for _ in range(cfg.group_size)],
+                       groups=[first + g for g in mine for _ in range(cfg.group_size)],
                        batch_size=cfg.generation_batch_size, timings=tm)
 
 

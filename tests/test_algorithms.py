@@ -11,7 +11,8 @@ import torch
 import grpo
 import ppo
 import reinforce_pp
-from algorithm import Algorithm, State, clipped_policy_loss, dynamic_sampling, informative, k3_kl, mask_truncated
+from algorithm import (Algorithm, State, clipped_policy_loss, dynamic_sampling, informative, k3_kl,
+                       mask_truncated)
 from batch import Batch
 from train import ALGOS, Config, train
 
@@ -376,7 +377,7 @@ def test_dynamic_sampling_stops_at_the_cap_and_never_leaves_the_step_empty():
     assert asked == [1, 2] and [t.group for t in kept] == [1, 1] and stats["dynamic/rounds"] == 2
     first = flat(0) + flat(1)
     kept, stats = dynamic_sampling(first, lambda r: flat(10 * r), want=2, max_rounds=1)
-    assert kept == first  # no group with signal anywhere: the first round, as without the flag
+    assert kept == first and stats["dynamic/groups_kept"] == 0  # no signal anywhere: the first round
     kept, stats = dynamic_sampling(first, lambda r: 1 / 0, want=2, max_rounds=0)
     assert kept == first and stats["dynamic/rounds"] == 0  # a cap of 0 never rolls out
 
@@ -463,7 +464,7 @@ def test_each_algorithm_trains_end_to_end_on_babyai(tmp_path, monkeypatch, algo)
     assert all(math.isfinite(r[k]) for r in rows for k in keys)
     for step in (1, 2):
         mine = [c for c in calls if c[0] == step]
-        first, second = mine[:len(mine) // 2], mine[len(mine) // 2:]  # epoch 1, epoch 2: the same micro-batches
+        first, second = mine[:len(mine) // 2], mine[len(mine) // 2:]  # epochs 1 and 2: the same micro-batches
         assert len(mine) % 2 == 0 and max(abs(c[1]) for c in first) < 1e-6
         assert min(c[1] for c in second) > 100 * max(max(abs(c[1]) for c in first), 1e-9)
         assert abs(sum(c[2] for c in first)) < 1e-4
@@ -473,6 +474,29 @@ def test_each_algorithm_trains_end_to_end_on_babyai(tmp_path, monkeypatch, algo)
     if algo == "ppo":
         critic = torch.load(tmp_path / "checkpoint" / "critic.pt")["model"]
         assert critic["head.weight"].abs().sum() > 0  # the critic's head left its zero start
+
+
+def test_dynamic_sampling_and_the_overlong_filter_act_in_the_training_loop(tmp_path, monkeypatch):
+    """With both flags every group the update sees has a reward spread (unless none had), the
+    episodes cut at the token limit reach the update with no agent token to train, and both log."""
+    seen = []
+
+    def advantages(batch, cfg, state=None):
+        spread = [len(set(batch.rewards[batch.groups == g].tolist())) > 1 for g in batch.groups.unique()]
+        empty = sum(int(batch.loss_mask[batch.traj == n].sum() == 0) for n in range(len(batch.rewards)))
+        seen.append((spread, empty))
+        grpo.advantages(batch, cfg, state)
+
+    monkeypatch.setitem(ALGOS, "grpo", Algorithm(advantages, grpo.loss))
+    train(small(tmp_path, rounds="2", dynamic_sampling=True, dynamic_max_rounds=2, overlong_filter=True,
+                max_new_tokens=2, clip_ratio_high=0.28))
+    rows = [json.loads(x) for x in open(tmp_path / "metrics.jsonl")]
+    assert len(rows) == len(seen) == 2
+    for r, (spread, empty) in zip(rows, seen):
+        assert 0 <= r["dynamic/rounds"] <= 2 and r["dynamic/groups_kept"] <= 2 <= r["dynamic/groups_seen"]
+        assert all(spread) if r["dynamic/groups_kept"] else not any(spread)
+        assert r["charts/overlong_masked"] == empty
+    assert sum(r["charts/overlong_masked"] for r in rows) > 0  # 2 tokens cut some replies
 
 
 def test_ppo_resume_restores_the_critic(tmp_path):
