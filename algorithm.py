@@ -145,7 +145,7 @@ def clipped_policy_loss(logp: torch.Tensor, entropy: torch.Tensor | None, mb, ad
     total = pg_loss
     stats = {}
     if mb.ref_logprobs is not None and kl_coef:
-        kl = masked_mean(k3_kl(logp, mb.ref_logprobs.to(logp.device)) * m, m)
+        kl = masked_mean(k3_kl(logp * m, mb.ref_logprobs.to(logp.device) * m), m)  # 0 off the agent tokens
         total = total + kl_coef * kl
         stats["losses/kl"] = kl.item()
     if entropy is not None:
