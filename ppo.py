@@ -67,8 +67,14 @@ import copy
 import torch
 import torch.nn as nn
 
-from algorithm import (Algorithm, State, clipped_policy_loss, global_masked_moments, masked_mean,
-                       outcome_on_last_token)
+from algorithm import (
+    Algorithm,
+    State,
+    clipped_policy_loss,
+    global_masked_moments,
+    masked_mean,
+    outcome_on_last_token,
+)
 from batch import micro_batches
 from machinery.logprobs import position_ids, predicting_positions
 
@@ -92,7 +98,8 @@ class Critic(nn.Module):
         device = self.head.weight.device
         ids, attn = batch.input_ids.to(device), batch.attention_mask.to(device)
         rows, cols = predicting_positions(batch.loss_mask.to(device))
-        h = self.backbone(input_ids=ids, attention_mask=attn, position_ids=position_ids(attn)).last_hidden_state
+        pos = position_ids(attn)
+        h = self.backbone(input_ids=ids, attention_mask=attn, position_ids=pos).last_hidden_state  # (B, T, H)
         v = self.head(h[rows, cols - 1].float()).squeeze(-1)  # (N,): the prefix x_<t, (B, T, H) -> (N,)
         return torch.zeros(batch.loss_mask.shape, device=device).index_put((rows, cols), v)
 

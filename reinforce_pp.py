@@ -30,8 +30,14 @@ Reads cfg.kl_coef, cfg.gamma, cfg.whiten_eps, cfg.clip_ratio, cfg.entropy_coef (
 
 import torch
 
-from algorithm import (Algorithm, clipped_policy_loss, global_masked_moments, masked_mean,
-                       outcome_on_last_token, returns_to_go)
+from algorithm import (
+    Algorithm,
+    clipped_policy_loss,
+    global_masked_moments,
+    masked_mean,
+    outcome_on_last_token,
+    returns_to_go,
+)
 
 
 def advantages(batch, cfg, state=None) -> None:
@@ -42,7 +48,7 @@ def advantages(batch, cfg, state=None) -> None:
         if batch.ref_logprobs is not None and cfg.kl_coef:  # minus the k1 KL on every agent token
             r = r - cfg.kl_coef * (batch.old_logprobs[b, t] - batch.ref_logprobs[b, t].cpu())
         ret[b, t] = returns_to_go(r, cfg.gamma)
-    mean, var = global_masked_moments(ret, batch.loss_mask)  # over every process's agent tokens (machinery/dist.py)
+    mean, var = global_masked_moments(ret, batch.loss_mask)  # every process's tokens (machinery/dist.py)
     batch.returns = ret
     batch.advantages = ((ret.double() - mean) * torch.rsqrt(var + cfg.whiten_eps)).float() * batch.loss_mask
 
@@ -54,7 +60,8 @@ def loss(logp: torch.Tensor, entropy: torch.Tensor | None, mb, cfg, state=None):
                                        entropy_coef=cfg.entropy_coef, clip_ratio_high=cfg.clip_ratio_high)
     if mb.ref_logprobs is not None:  # the KL that went into the reward (k1, sampling policy)
         m = mb.loss_mask.to(logp.device)
-        stats["losses/kl"] = masked_mean(mb.old_logprobs.to(logp.device) - mb.ref_logprobs.to(logp.device), m).item()
+        k1 = mb.old_logprobs.to(logp.device) - mb.ref_logprobs.to(logp.device)
+        stats["losses/kl"] = masked_mean(k1, m).item()
     return total, stats
 
 

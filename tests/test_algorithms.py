@@ -11,8 +11,15 @@ import torch
 import grpo
 import ppo
 import reinforce_pp
-from algorithm import (Algorithm, State, clipped_policy_loss, dynamic_sampling, informative, k3_kl,
-                       mask_truncated)
+from algorithm import (
+    Algorithm,
+    State,
+    clipped_policy_loss,
+    dynamic_sampling,
+    informative,
+    k3_kl,
+    mask_truncated,
+)
 from batch import Batch
 from train import ALGOS, Config, train
 
@@ -450,14 +457,15 @@ def spy_on(algo: str, monkeypatch) -> list:
 
 @pytest.mark.parametrize("algo", ["ppo", "reinforce_pp", "rloo"])
 def test_each_algorithm_trains_end_to_end_on_babyai(tmp_path, monkeypatch, algo):
-    """Two steps, each one minibatch seen twice (epochs 2): the first pass is on-policy (the stored
-    log-probs are the update's: approx_kl ~ 0), the second sees the step the first took, which moved
-    the policy up its own objective (sum A * (logp - old_logp) > 0); finite losses, the metrics."""
+    """Two steps, each one minibatch seen twice (epochs 2): the first pass is on-policy (the
+    stored log-probs are the update's: approx_kl ~ 0), the second sees the step the first took,
+    which moved the policy up its own objective (sum A * (logp - old_logp) > 0); finite losses."""
     calls = spy_on(algo, monkeypatch)
     train(small(tmp_path, algo=algo, rounds="3", group_size=4, minibatch_size=8, epochs=2))
     rows = [json.loads(x) for x in open(tmp_path / "metrics.jsonl")]
     assert [r["step"] for r in rows] == [1, 2]
-    keys = {"losses/loss", "losses/policy_loss", "losses/approx_kl", "losses/clipfrac", "losses/entropy", "losses/kl"}
+    keys = {"losses/loss", "losses/policy_loss", "losses/approx_kl", "losses/clipfrac", "losses/entropy",
+            "losses/kl"}
     if algo == "ppo":
         keys |= {"losses/value_loss", "losses/explained_variance", "losses/vf_clipfrac"}
     assert keys <= set(rows[0]) and keys <= set(rows[1])

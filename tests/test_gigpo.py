@@ -19,7 +19,8 @@ def batch_of(masks, traj, turn, rewards, groups, anchors) -> Batch:
     B, T = len(masks), max(len(m) for m in masks)
     pad = lambda rows: torch.tensor([list(r) + [0] * (T - len(r)) for r in rows], dtype=torch.float)
     return Batch(
-        input_ids=torch.zeros((B, T), dtype=torch.long), attention_mask=pad([[1] * len(m) for m in masks]).long(),
+        input_ids=torch.zeros((B, T), dtype=torch.long),
+        attention_mask=pad([[1] * len(m) for m in masks]).long(),
         loss_mask=pad(masks), old_logprobs=torch.zeros((B, T)), allowed=None,
         traj=torch.tensor(traj), turn=torch.tensor(turn), rewards=torch.tensor(rewards, dtype=torch.float),
         groups=torch.tensor(groups), anchors=anchors,
@@ -68,7 +69,8 @@ def test_mean_norm_drops_the_std_at_both_levels():
 
 def test_combined_advantage_matches_a_hand_computed_example():
     # gamma = 0.5, omega = 1. Step returns: a [0.5, 1], b [0, 0, 0], c [1], d [0].
-    # Episode level, group 0 rewards [1, 0, 1]: mean 2/3, std sqrt(1/3) -> A^E = [1/sqrt3, -2/sqrt3, 1/sqrt3]; d: 0.
+    # Episode level, group 0 rewards [1, 0, 1]: mean 2/3, std sqrt(1/3)
+    #   -> A^E = [1/sqrt3, -2/sqrt3, 1/sqrt3]; d: 0.
     # Step group (0, s0): returns [0.5, 0, 1], mean 0.5, std 0.5 -> a 0, b -1, c 1.
     # Step group (0, s1): returns [1, 0], mean 0.5, std 1/sqrt2 -> a 1/sqrt2, b -1/sqrt2.
     # (0, s2) and (1, s0) are singletons -> 0.
@@ -82,7 +84,8 @@ def test_combined_advantage_matches_a_hand_computed_example():
         torch.testing.assert_close(torch.tensor(g), torch.tensor(e), atol=1e-5, rtol=0)
     # omega scales only the step term: omega = 2 doubles (A - A^E)
     got2 = gigpo.gigpo_advantages(REWARDS, GROUPS, ANCHORS, omega=2.0, gamma=0.5)
-    torch.testing.assert_close(torch.tensor(got2[1]), torch.tensor([-2 * r3 - 2.0, -2 * r3 - 2 * r2, -2 * r3]),
+    torch.testing.assert_close(torch.tensor(got2[1]),
+                               torch.tensor([-2 * r3 - 2.0, -2 * r3 - 2 * r2, -2 * r3]),
                                atol=1e-5, rtol=0)
 
 
