@@ -34,7 +34,8 @@ with the per-token average taken over all agent tokens of the minibatch ("token-
     kl       = exp(ref_logp - logp) - (ref_logp - logp) - 1                   # k3, eq. 4
     loss     = pg_loss + kl_coef * kl - entropy_coef * entropy               # token-means
 
-Reads cfg.group_std_eps, cfg.clip_ratio, cfg.kl_coef, cfg.entropy_coef (train.Config).
+Reads cfg.group_std_eps, cfg.clip_ratio (and cfg.clip_ratio_high: DAPO's clip-higher, the upper
+end 1 + clip_ratio_high; docs/algorithms-notes.md), cfg.kl_coef, cfg.entropy_coef (train.Config).
 """
 
 from collections import defaultdict
