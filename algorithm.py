@@ -28,7 +28,7 @@ whose probability collapsed cannot make the loss overflow), and an entropy bonus
 
 Where the KL goes, per algorithm (docs/algorithms-notes.md): GRPO, RLOO, GiGPO and PPO add the k3
 term above to the loss; REINFORCE++ puts the k1 estimate, log(pi_old / pi_ref) per token, into the
-reward. AgentGym-RL's PPO (verl with `use_kl_in_reward`) also puts k1 into the reward; here PPO
+reward. AgentGym-RL's PPO (verl's KL penalty in the reward) also puts k1 there; here PPO
 uses the k3 loss term like GRPO, so that PPO and GRPO differ only in the advantage.
 
 Also here, shared by every algorithm and each off by default: DAPO's dynamic sampling

@@ -69,8 +69,8 @@ ANCHOR_NORMALISERS = {
 # --- the math, on plain lists (one entry per trajectory) ---------------------------------------
 
 
-def step_group_ids(groups: list[int], anchors: list[list[str]], normaliser: str = "exact",
-                   ) -> list[list[tuple]]:
+def step_group_ids(groups: list[int], anchors: list[list[str]],
+                   normaliser: str = "exact") -> list[list[tuple]]:
     """Per trajectory, per turn: the key of its step-level group, (episode group, anchor state).
     Turns match only within their episode group (the same task in the same batch)."""
     norm = ANCHOR_NORMALISERS[normaliser]

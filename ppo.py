@@ -47,8 +47,9 @@ value loss (their eq. 9 adds an unclipped one; the clip is verl's and the baseli
 
 Where the KL goes: here, as in grpo.py, the k3 estimate of KL(pi || pi_ref) is a loss term
 (`algorithm.clipped_policy_loss`), so that PPO and GRPO differ only in the advantage. AgentGym-RL's
-PPO (verl, `use_kl_in_reward`) instead subtracts kl_coef times the k1 estimate, log(pi_old/pi_ref),
-from each token's reward before GAE, as reinforce_pp.py here does (docs/algorithms-notes.md).
+PPO (verl's KL penalty in the reward) instead subtracts kl_coef times the k1 estimate,
+log(pi_old/pi_ref), from each token's reward before GAE, as reinforce_pp.py here does
+(docs/algorithms-notes.md).
 
 The critic learns at its own rate: --critic-lr, by default 0: AgentGym-RL's 1e-5 (CRITIC_LR, ten
 times the policy's 1e-6), or the policy's own lr where that is larger (the tiny policy's 5e-4). A
