@@ -12,11 +12,14 @@ Writes <out>/summary.json, the same as tables to <out>/summary.md (also printed)
 trajectory to <out>/trajectories.jsonl (conversation, observations, actions, per-step rewards,
 outcome; with `--render true` on BabyAI a picture of every observation) and <out>/report.html,
 view.py's report of it all. pass@k is the unbiased estimator of Chen et al. (2021):
-1 - C(n-c, k) / C(n, k) per task, averaged, for k = 1, 2, 4, ... up to n samples.
+1 - C(n-c, k) / C(n, k) per task, averaged over the tasks that have at least k samples, for
+k = 1, 2, 4, ... up to n samples; a k that no task has k samples for (after environment errors,
+or in a category) is left out rather than reported as 0.
 
 An episode that ended in an environment error (a crashed server, a time-out) is not a failure of
-the agent: the rates are computed over the other episodes, and `errors` counts these (each is in
-trajectories.jsonl with its `error`). A `--url` that does not answer is an error before anything runs.
+the agent: it is left out of every rate (success, score, turns, pass@k), and `errors` counts these
+(each is in trajectories.jsonl with its `error`). A `--url` that does not answer is an error before
+anything runs.
 """
 
 import json
@@ -75,13 +78,18 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def pass_at_ks(trajs, ks: list[int]) -> dict[str, float]:
-    """pass@k for each k, averaged over the tasks of `trajs` (each task's n samples)."""
+    """pass@k for each k, averaged over the tasks of `trajs` that have at least k samples (a task
+    that lost samples to environment errors counts only for k up to what it has left); a k that
+    no task has k samples for is left out (there is nothing to average, and 0 would read as a result)."""
     by_task = defaultdict(list)
     for t in trajs:
         by_task[t.task].append(t.success)
-    # (a task that lost samples to environment errors counts only for k up to what it has left)
-    return {str(k): float(np.mean([pass_at_k(len(v), sum(v), k) for v in by_task.values() if len(v) >= k]
-                                  or [0.0])) for k in ks}
+    out = {}
+    for k in ks:
+        have = [pass_at_k(len(v), sum(v), k) for v in by_task.values() if len(v) >= k]
+        if have:
+            out[str(k)] = float(np.mean(have))
+    return out
 
 
 def summarise(trajs, n_samples: int) -> dict:
@@ -132,10 +140,11 @@ def summary_table(summary: dict) -> str:
     out = [_markdown(head, body)]
     ks = list(summary.get("pass_at_k", {}))
     if ks:
-        body = [[name] + [f"{r.get('pass_at_k', {}).get(k, float('nan')):.3f}" for k in ks] for name, r in rows]
+        cell = lambda v: "-" if v is None else f"{v:.3f}"  # "-": no task of that row has k samples
+        body = [[name] + [cell(r.get("pass_at_k", {}).get(k)) for k in ks] for name, r in rows]
         out.append(_markdown(["pass@k"] + [f"k={k}" for k in ks], body))
     if summary.get("errors"):
-        out.append(f"{summary['errors']} episode(s) ended in an environment error (counted as failures).")
+        out.append(f"{summary['errors']} episode(s) ended in an environment error (left out of the rates).")
     return "\n\n".join(out)
 
 

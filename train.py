@@ -54,8 +54,8 @@ import reinforce_pp
 import tiny
 import view
 from agent import Policy, rollout
-from algorithm import Algorithm, load_state, save_state
-from batch import Batch, make_batch, token_logprobs
+from algorithm import Algorithm, dynamic_sampling, load_state, mask_truncated, save_state
+from batch import Batch, make_batch, micro_batches, token_logprobs
 from machinery.logprobs import LogprobForward
 from benchmarks.binding_probe import binding, collect_states, probe_tasks
 from config import AgentConfig, check_split, flag, load_agent, parse, resolve_device, set_threads
@@ -115,7 +115,15 @@ class Config(AgentConfig):
     max_grad_norm: float = flag(1.0, above=0)
     """gradient clipping (the policy's, and the critic's separately)"""
     clip_ratio: float = flag(0.2, above=0)
-    """all algorithms: clip range eps of the policy ratio (PPO, eq. 7)"""
+    """all algorithms: clip range eps of the policy ratio (PPO, eq. 7); with --clip-ratio-high, the lower one"""
+    clip_ratio_high: float = flag(0.0, at_least=0)
+    """all algorithms: upper clip range eps_high, the ratio clipped to [1 - clip_ratio, 1 + eps_high] (DAPO's clip-higher, e.g. 0.28); 0: clip_ratio"""
+    dynamic_sampling: bool = False
+    """drop groups whose rewards are all equal (no GRPO signal) and roll out more groups to refill the batch (DAPO's dynamic sampling)"""
+    dynamic_max_rounds: int = flag(3, at_least=1)
+    """dynamic sampling: extra rollouts per step at most; then train on what was kept (logged as dynamic/rounds)"""
+    overlong_filter: bool = False
+    """leave episodes with a reply cut at --max-new-tokens out of the loss (DAPO's overlong filtering; their reward still counts in the group's baseline)"""
     kl_coef: float = flag(0.001, at_least=0)
     """all algorithms: weight of the KL to the frozen reference model (k3 loss term; REINFORCE++: in the reward); 0: no reference model"""
     entropy_coef: float = 0.001
@@ -143,7 +151,7 @@ class Config(AgentConfig):
     anchor_normaliser: str = flag("exact", choices=list(gigpo.ANCHOR_NORMALISERS))
     """gigpo: how observations match into anchor states: exact, whitespace, or babyai (drops the server's notes)"""
     critic_lr: float = flag(0.0, at_least=0)
-    """ppo: learning rate of the critic; 0: the policy's"""
+    """ppo: learning rate of the critic; 0: AgentGym-RL's 1e-5, or the policy's lr where larger (tiny)"""
     probe_every: int = flag(0, at_least=0)
     """BabyAI: log the mission-binding probe (benchmarks/binding_probe.py) every N steps; 0: never"""
     probe_states: int = flag(100, at_least=1)
@@ -226,21 +234,22 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
             # 1. horizon: the ScalingInter-RL stage of this step (the adaptive schedule reads the history)
             horizon = run.schedule.horizon(step, run.history)
             # 2. rollout: tasks_per_step tasks x group_size samples, at most `horizon` turns each
-            tasks = random.sample(run.train_tasks, cfg.tasks_per_step)  # the same on every process
-            # this process's share of the tasks, in whole groups
-            mine = [g for g in dist.shard(list(range(len(tasks)))) for _ in range(cfg.group_size)]
             policy.model.eval()
-            with timed(tm, "rollout"), dist.full_weights(forward):
-                episodes = rollout(policy, run.pool, run.spec, [tasks[g] for g in mine], horizon, groups=mine,
-                                   batch_size=cfg.generation_batch_size, timings=tm)
-            t_roll = time.time() - t0
+            episodes = roll_groups(run, horizon, tm)
             trajs = usable(episodes, step)  # all the episodes are saved; these train
             n_errors = dist.global_sum(len(episodes) - len(trajs))
+            extra = {}  # DAPO's batch filters (algorithm.py), off by default
+            if cfg.dynamic_sampling:  # groups with no reward spread out, fresh groups in
+                trajs, extra = refill(run, trajs, step, horizon, tm)
+            t_roll = time.time() - t0
             if skip_failed_step(run, step, horizon, trajs, n_errors):
                 continue
             # 3. advantages from the outcome rewards (the KL term's reference log-probs first)
             with timed(tm, "make_batch"):
                 batch = make_batch(trajs, policy.tokenizer.pad_token_id)
+            if cfg.overlong_filter:  # no loss on an episode with a reply cut at --max-new-tokens
+                cut = [t.truncated > 0 for t in trajs]
+                extra["charts/overlong_masked"] = dist.global_sum(mask_truncated(batch, cut))
             t_update = time.time()
             if cfg.kl_coef:
                 with timed(tm, "reference"), accelerator.autocast(), lora.reference(policy.model), \
@@ -254,7 +263,7 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
             stats = update(forward, batch, len(trajs), algo, cfg, state, accelerator, run.trained, tm)
             # 5. log (with the periodic evaluation), checkpoint
             gen_tokens = int(dist.global_sum(int(batch.loss_mask.sum())))
-            m = step_metrics(run, step, horizon, trajs, batch, stats, gen_tokens, n_errors,
+            m = step_metrics(run, step, horizon, trajs, batch, {**stats, **extra}, gen_tokens, n_errors,
                              t0, t_roll, t_update)
             m.update(evaluation(run, "step", step))
             log_step(run, m, episodes)
@@ -467,6 +476,27 @@ def evaluation(run: Run, when: str, step: int = 0) -> dict:
     return m
 
 
+def roll_groups(run: Run, horizon: int, tm=None, round_: int = 0) -> list:
+    """Draw tasks_per_step train tasks (the same on every process) and roll out each group_size
+    times, at most `horizon` turns: this process's share, whole groups, numbered from round_ *
+    tasks_per_step (dynamic sampling's later rounds get new group ids)."""
+    cfg = run.cfg
+    tasks = random.sample(run.train_tasks, cfg.tasks_per_step)
+    mine = [g for g in dist.shard(list(range(len(tasks)))) for _ in range(cfg.group_size)]  # whole groups
+    with timed(tm, "rollout"), dist.full_weights(run.forward):
+        return rollout(run.policy, run.pool, run.spec, [tasks[g] for g in mine], horizon,
+                       groups=[round_ * cfg.tasks_per_step + g for g in mine],
+                       batch_size=cfg.generation_batch_size, timings=tm)
+
+
+def refill(run: Run, trajs: list, step: int, horizon: int, tm=None) -> tuple[list, dict]:
+    """--dynamic-sampling: `algorithm.dynamic_sampling` over this process's share of the groups,
+    more rounds of `roll_groups` refilling it. Returns (trajectories to train on, stats)."""
+    want = len(dist.shard(list(range(run.cfg.tasks_per_step))))
+    more = lambda r: usable(roll_groups(run, horizon, tm, r), step)
+    return dynamic_sampling(trajs, more, want, run.cfg.dynamic_max_rounds)
+
+
 def usable(trajs: list, step: int) -> list:
     """The episodes the update may learn from: those that did not end in an environment error.
     Such an episode's reward 0 says nothing about the policy (the server crashed or timed out);
@@ -552,22 +582,6 @@ def log_metrics(path: str, writer, m: dict) -> None:
         for k, v in m.items():
             if k != "step":
                 writer.add_scalar(k, v, m["step"])
-
-
-def micro_batches(mb, rows: int = 0, tokens: int = 0) -> list[tuple[torch.Tensor, Batch]]:
-    """Minibatch `mb` as (row indices, micro-batch) pairs: its rows sorted by length, cut wherever
-    a micro-batch would pass `rows` rows or `tokens` padded tokens (its rows x its longest row; 0:
-    no limit), each trimmed to its longest row. Sorting is what makes the cut pay: rows of similar
-    length pad little (the demo's batch: 18k real tokens, 36k padded to its longest row), and the
-    forward's cost is per padded token. A row longer than `tokens` goes alone."""
-    lengths = mb.attention_mask.sum(-1)
-    groups: list[list[int]] = [[]]
-    for i in lengths.argsort(stable=True).tolist():  # shortest first: the row added is the longest
-        n = len(groups[-1]) + 1
-        if groups[-1] and ((rows and n > rows) or (tokens and n * int(lengths[i]) > tokens)):
-            groups.append([])
-        groups[-1].append(i)
-    return [(idx, mb.select(idx).trim()) for idx in map(torch.tensor, groups) if len(idx)]
 
 
 def update(forward, batch, n_trajs: int, algo, cfg, state, accelerator, trained, tm=None) -> dict:
