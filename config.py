@@ -137,7 +137,7 @@ class AgentConfig:
     context_turns: int | None = flag(None, at_least=0)
     """turns of history the agent sees, 0: the whole conversation; auto: 1 for tiny, 0 for real models"""
     threads: int = flag(0, at_least=0)
-    """torch CPU threads; 0: 1 for the tiny policy on a CPU (faster there, see README "Speed"), else torch's default (every core: docs/speed_smollm2.md)"""
+    """torch CPU threads; 0: 1 on a CPU (faster there for the tiny policy and for a real model's decoding: docs/speed_smollm2.md), torch's default with a GPU"""
     generation_dtype: str = flag("", choices=("", "float32", "bfloat16", "float16"))
     """rollouts sample from a copy of the policy in this dtype, LoRA merged in (agent.generation_model; changes the log-probs by its rounding); empty: the policy itself"""
 
@@ -178,16 +178,14 @@ def resolve_device(device: str) -> str:
 
 def set_threads(cfg: AgentConfig, device: str) -> int:
     """Set torch's intra-op threads from `cfg.threads` (0: the device's default) and return it.
-    On a CPU one thread is the default for the tiny policy: its matrices are so small that a second
+    On a CPU one thread is the default: the tiny policy's matrices are so small that a second
     OpenMP thread costs more in synchronisation than it saves, most of all on a busy machine
-    (README, "Speed", measured with benchmarks/rollout_profile.py). A real model's matrices are
-    not: SmolLM2-135M's matmuls ran 1.7x faster on 2 threads than on 1, even on a busy 2-core
-    machine (docs/speed_smollm2.md), so it gets every core."""
+    (README, "Speed", measured with benchmarks/rollout_profile.py). A real model's decoding is no
+    different (16 rows x SmolLM2's 576 -> 1536: 6.4 GFLOP/s on 1 thread, 0.4 on 2, on a busy 2-core
+    machine), though its large matmuls gain (2048 rows: 8.1 against 9.7; docs/speed_smollm2.md)."""
     import torch
 
-    import tiny
-
-    n = cfg.threads or (1 if device == "cpu" and tiny.is_tiny(cfg.model) else torch.get_num_threads())
+    n = cfg.threads or (1 if device == "cpu" else torch.get_num_threads())
     torch.set_num_threads(n)
     return n
 
