@@ -49,6 +49,10 @@ class AgentConfig:
     """turns of history the agent sees, 0: the whole conversation; auto: 1 for tiny, 0 for real models"""
     threads: int = 0
     """torch CPU threads; 0: 1 on a CPU (faster there, see README "Speed"), torch's default with a GPU"""
+    mixed_precision: str = "no"
+    """no, fp16, bf16: autocast at rollout, evaluation and update alike (activations and KV cache in 2 bytes; trained weights stay float32)"""
+    generation_batch_size: int = 256
+    """episodes that generate at once at rollout and evaluation (their KV caches share the memory); the rest wait"""
 
 
 def load_agent(cfg: AgentConfig, device: str, model: str | None = None, trainable: bool = False) -> agent.Policy:
@@ -69,6 +73,19 @@ def load_agent(cfg: AgentConfig, device: str, model: str | None = None, trainabl
         if getattr(cfg, key) is not None:
             setattr(policy, key, getattr(cfg, key))
     return policy
+
+
+def autocast(mixed_precision: str, device: str):
+    """The autocast context of `--mixed-precision` on `device` (what Accelerate's `autocast()` is
+    in train.py), for eval.py, which has no Accelerator: generation in the update's precision."""
+    import contextlib
+
+    import torch
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(mixed_precision)
+    if mixed_precision not in ("no", "bf16", "fp16"):
+        raise ValueError(f"--mixed-precision must be no, fp16 or bf16, got {mixed_precision!r}")
+    return torch.autocast(str(device).split(":")[0], dtype=dtype) if dtype else contextlib.nullcontext()
 
 
 def resolve_device(device: str) -> str:

@@ -56,7 +56,7 @@ import view
 from agent import rollout
 from algorithm import load_state, save_state
 from batch import Batch, make_batch, token_logprobs
-from machinery.logprobs import LogprobForward
+from machinery.logprobs import LogprobForward, disable_dropout
 from benchmarks.binding_probe import binding, collect_states, probe_tasks
 from config import AgentConfig, load_agent, parse, resolve_device, set_threads
 from envs import ENVS, check_server, close_pool, open_pool
@@ -74,6 +74,7 @@ ALGOS = {
 }
 REAL_MODEL_LR = 1e-6  # the paper's; the tiny policy's is tiny.LR
 MAX_FAILED_STEPS = 3  # consecutive steps whose every episode hit an environment error: give up
+ON_POLICY_TOL = 2e-2  # max |log pi - log pi_old| allowed before the first step (bf16 rounding; fp32: ~1e-4)
 
 
 @dataclass
@@ -162,10 +163,6 @@ class Config(AgentConfig):
     """write every Nth step's rollouts to <out>/rollouts/step_N.jsonl, to watch them in view.py (0: never)"""
     resume: str = ""
     """checkpoint folder to continue from (model, optimizer, algorithm state, step, RNG)"""
-    mixed_precision: str = "no"
-    """Accelerate mixed precision: no, fp16, bf16 (autocast; the trained weights stay float32)"""
-    generation_batch_size: int = 256
-    """episodes that generate at once at rollout (their KV caches share the memory); the rest wait"""
     micro_batch_size: int = 0
     """rows per forward/backward at most; a minibatch's gradients are accumulated over them (the step is the same); 0: no row limit"""
     micro_batch_tokens: int = 4096
@@ -191,13 +188,20 @@ def seed_everything(seed: int):
 
 
 def rng_state() -> dict:
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """Every random stream a step draws from: python's (tasks), numpy's, torch's CPU generator and,
+    on a GPU, this process's CUDA generator (torch.multinomial samples there)."""
+    s = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        s["cuda"] = torch.cuda.get_rng_state()
+    return s
 
 
 def set_rng_state(s: dict):
     random.setstate(s["python"])
     np.random.set_state(s["numpy"])
     torch.set_rng_state(s["torch"])
+    if "cuda" in s and torch.cuda.is_available():
+        torch.cuda.set_rng_state(s["cuda"])
 
 
 def usable(trajs: list, step: int) -> list:
@@ -223,6 +227,11 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
     spec = ENVS[cfg.env]
     if cfg.schedule not in ("staged", "adaptive"):
         raise ValueError(f"--schedule must be staged or adaptive, got {cfg.schedule!r}")
+    if cfg.ref_device not in ("auto", "cpu"):
+        raise ValueError(f"--ref-device must be auto or cpu, got {cfg.ref_device!r}")
+    if cfg.ref_device == "cpu" and cfg.lora_rank:  # nothing to move: the reference is the policy's own base
+        raise ValueError("--ref-device cpu does nothing with --lora-rank: the reference model is the policy's base "
+                         "with its adapters off, which stays where the policy is; leave --ref-device at auto")
     rounds = [int(h) for h in cfg.rounds.split(",")]
     schedule = (adaptive(rounds, cfg.adapt_window, cfg.adapt_cut_share, cfg.adapt_min_gain)
                 if cfg.schedule == "adaptive" else staged(rounds, cfg.steps_per_stage))
@@ -239,9 +248,13 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
         cfg.resume = checkpoint_folder(cfg.resume)
     saved = torch.load(os.path.join(cfg.resume, "state.pt"), weights_only=False) if cfg.resume else None
     policy = load_agent(cfg, accelerator.device, model=cfg.resume or None, trainable=True)
-    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.mixed_precision) if device == "cuda" else None
+    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.mixed_precision)
     if cfg.lora_rank and not lora.has_adapters(policy.model):
-        policy.model = lora.add_adapters(policy.model.to(half or torch.float32), cfg.lora_rank, cfg.lora_alpha)
+        policy.model = lora.add_adapters(policy.model, cfg.lora_rank, cfg.lora_alpha)
+    if half and lora.has_adapters(policy.model):  # fresh or resumed: the frozen base in 2 bytes, adapters fp32
+        for p in policy.model.parameters():
+            p.data = p.data if p.requires_grad else p.data.to(half)
+    disable_dropout(policy.model)  # the update's train mode must sample-score like the rollout's eval mode
     if cfg.gradient_checkpointing:  # active in train mode only: generation keeps its KV cache
         policy.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     ref_path = saved["ref_path"] if saved else policy.path  # the run's starting weights
@@ -249,7 +262,7 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
     if cfg.kl_coef and not lora.has_adapters(policy.model):
         ref_device = "cpu" if cfg.ref_device == "cpu" else accelerator.device
         ref_model = load_agent(cfg, ref_device, model=ref_path).model.eval().requires_grad_(False)
-        if half and ref_device != "cpu":
+        if half and str(ref_device) != "cpu":
             ref_model.to(half)  # frozen: no fp32 master copy needed
     lr = cfg.lr or (tiny.LR if policy.is_tiny else REAL_MODEL_LR)
     optimizer = torch.optim.AdamW([p for p in policy.model.parameters() if p.requires_grad], lr=lr)
@@ -316,9 +329,9 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
     history = [r for r in map(json.loads, open(metrics_path)) if r["step"] < start] if saved else []
     try:
         if n_eval and start == 1:
-            with dist.full_weights(forward):  # FSDP: generation needs the whole weights
+            with dist.full_weights(forward), accelerator.autocast():  # FSDP: generation needs the whole weights
                 summary["eval_before"], episodes = evaluate(policy, pool, spec, test_tasks, cfg.eval_samples,
-                                                            eval_turns, desc="eval before")
+                                                            eval_turns, "eval before", cfg.generation_batch_size)
             if main:
                 write_trajectories(os.path.join(cfg.out, "eval_before", "trajectories.jsonl"), episodes)
                 print(f"eval before: success {summary['eval_before']['success_rate']:.3f}"
@@ -337,7 +350,8 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
             tasks = random.sample(train_tasks, cfg.tasks_per_step)  # the same on every process
             mine = dist.shard(list(range(len(tasks))))  # this process's tasks: whole groups
             policy.model.eval()
-            with timed(tm, "rollout"), dist.full_weights(forward):
+            # in the update's precision (--mixed-precision): bf16 activations and KV cache
+            with timed(tm, "rollout"), dist.full_weights(forward), accelerator.autocast():
                 trajs = rollout(policy, pool, spec, [tasks[g] for g in mine for _ in range(cfg.group_size)], horizon,
                                 groups=[g for g in mine for _ in range(cfg.group_size)],
                                 batch_size=cfg.generation_batch_size, timings=tm)
@@ -357,7 +371,16 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
                 continue
             with timed(tm, "make_batch"):
                 batch = make_batch(trajs, policy.tokenizer.pad_token_id)
-            t_update = time.time()
+            t_update, sampling_gap = time.time(), {}
+            if cfg.mixed_precision != "no":
+                # pi_old from the training forward, as verl does: in bf16/fp16 the sampler's cached one-token
+                # decoding rounds differently from the update's full forward (docs/gpu.md, "Precision")
+                with timed(tm, "old_logprobs"), accelerator.autocast(), dist.full_weights(forward):
+                    sampled, batch.old_logprobs = batch.old_logprobs, reference_logprobs(policy.model, batch, cfg)
+                gap = ((sampled - batch.old_logprobs).abs() * batch.loss_mask).sum()
+                # mean |log pi_sampler - log pi_old| per agent token: how far the sampled log-probs were
+                sampling_gap = {"charts/sampling_logprob_gap": float(dist.global_sum(gap))
+                                / max(dist.global_sum(float(batch.loss_mask.sum())), 1.0)}
             if cfg.kl_coef:
                 with timed(tm, "reference"), accelerator.autocast(), lora.reference(policy.model), \
                         dist.full_weights(forward):
@@ -366,6 +389,10 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
                 algo.advantages(batch, cfg, state)
             policy.model.train()
             stats = update(forward, batch, len(trajs), algo, cfg, state, accelerator, trained, tm)
+            if step == start and main:  # before any optimizer step the ratio must be 1 (ON_POLICY_TOL)
+                gap = stats["charts/on_policy_gap"]
+                tqdm.write(f"first minibatch: max |log ratio| {gap:.2e} ({'on-policy' if gap <= ON_POLICY_TOL else 'NOT on-policy'}"
+                           f" at tolerance {ON_POLICY_TOL:g})")
             # every process's episodes (dist.gather: the same lists on all of them, so the adaptive
             # schedule decides the same everywhere)
             ep = dist.gather([(t.reward, t.success, t.turns, t.truncated, not t.done and t.turns >= horizon)
@@ -385,11 +412,12 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
                 "perf/update_tokens_per_s": cfg.epochs * dist.global_sum(int(batch.attention_mask.sum()))
                 / (time.time() - t_update),
                 "perf/peak_memory_gb": dist.global_max(peak_memory_gb(device)),  # the largest process's
-                **stats,
+                **sampling_gap, **stats,
             }
             if n_eval and cfg.eval_every and step % cfg.eval_every == 0 and step != cfg.steps:  # last: eval_after
-                with dist.full_weights(forward):
-                    ev, _ = evaluate(policy, pool, spec, test_tasks, cfg.eval_samples, eval_turns, desc="eval")
+                with dist.full_weights(forward), accelerator.autocast():
+                    ev, _ = evaluate(policy, pool, spec, test_tasks, cfg.eval_samples, eval_turns, "eval",
+                                     cfg.generation_batch_size)
                 m["eval/success"], m["eval/turns"] = ev["success_rate"], ev["avg_turns"]
             if probe and (step % cfg.probe_every == 0 or step in (1, cfg.steps)):
                 with dist.full_weights(forward):
@@ -410,9 +438,9 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
                 profile.append({"step": step, "horizon": horizon, "episodes": len(trajs),
                                 "agent_tokens": gen_tokens, "total": time.time() - t0, **tm})
         if n_eval:
-            with dist.full_weights(forward):
+            with dist.full_weights(forward), accelerator.autocast():
                 summary["eval_after"], episodes = evaluate(policy, pool, spec, test_tasks, cfg.eval_samples,
-                                                           eval_turns, desc="eval after")
+                                                           eval_turns, "eval after", cfg.generation_batch_size)
             if main:
                 write_trajectories(os.path.join(cfg.out, "eval_after", "trajectories.jsonl"), episodes)
                 print(f"eval before: success {summary.get('eval_before', {}).get('success_rate', float('nan')):.3f}"
@@ -463,6 +491,7 @@ def update(forward, batch, n_trajs: int, algo, cfg, state, accelerator, trained,
     n_minibatches = max(1, math.ceil(dist.global_sum(n_trajs) / cfg.minibatch_size))  # the same on every process
     filler = batch.select(torch.arange(1)).trim()  # a weight-0 pass for a process with nothing in a minibatch
     stats: dict[str, list] = {}
+    first = None  # the first minibatch's largest |log ratio|: 0 up to rounding, or pi_old is not the policy's
     for _ in range(cfg.epochs):
         for part in torch.randperm(n_trajs).tensor_split(n_minibatches):
             rows = torch.isin(batch.traj, part).nonzero().squeeze(-1)
@@ -474,11 +503,13 @@ def update(forward, batch, n_trajs: int, algo, cfg, state, accelerator, trained,
                 for model, opt in trained:  # the policy, then the algorithm's own model
                     accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
                     opt.step()
+            first = st.pop("max_log_ratio") if first is None else first
+            st.pop("max_log_ratio", None)
             for k, v in st.items():
                 stats.setdefault(k, []).append(v)
     for _, opt in trained:  # free the gradients before the next rollout
         opt.zero_grad(set_to_none=True)
-    return {k: float(np.mean(v)) for k, v in stats.items()}
+    return {**{k: float(np.mean(v)) for k, v in stats.items()}, "charts/on_policy_gap": first}
 
 
 def accumulate_gradients(forward, mb, algo, cfg, state, accelerator, filler=None) -> dict:
@@ -502,6 +533,7 @@ def accumulate_gradients(forward, mb, algo, cfg, state, accelerator, filler=None
     passes += [(filler or micros[-1], 0.0)] * (dist.global_max(len(passes)) - len(passes))
     models = [forward] + ([state.model] if state is not None else [])
     stats: dict[str, float] = {}
+    max_log_ratio = 0.0
     for i, (micro, w) in enumerate(passes):
         with contextlib.ExitStack() as no_sync:
             if i < len(passes) - 1:  # accumulate locally; the last backward averages over the processes
@@ -513,8 +545,12 @@ def accumulate_gradients(forward, mb, algo, cfg, state, accelerator, filler=None
             accelerator.backward(loss * w * dist.world())
         for k, v in {**st, "losses/loss": loss.item()}.items():
             stats[k] = stats.get(k, 0.0) + w * v
+        agent = micro.loss_mask.to(logp.device) > 0
+        if w > 0 and agent.any():
+            max_log_ratio = max(max_log_ratio, float((logp.detach() - micro.old_logprobs.to(logp.device))[agent].abs().max()))
     keys = sorted(stats)  # the same on every process
-    return dict(zip(keys, dist.global_sum(torch.tensor([stats[k] for k in keys], dtype=torch.float64)).tolist()))
+    out = dict(zip(keys, dist.global_sum(torch.tensor([stats[k] for k in keys], dtype=torch.float64)).tolist()))
+    return {**out, "max_log_ratio": dist.global_max(max_log_ratio)}
 
 
 @torch.no_grad()
