@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from machinery.kv_cache import cache_rows
+from machinery.kv_cache import cache_rows, sliding
 
 CHUNK_ELEMENTS = 2**25
 """Default chunk: C = CHUNK_ELEMENTS // V positions, so one (C, V) float32 tensor is 128 MiB."""
@@ -182,7 +182,7 @@ def agent_states(model, ids: torch.Tensor, attn: torch.Tensor, rows: torch.Tenso
     pass over every row (tests/test_logprobs.py, gradients included: they flow back through the
     copies into the prompt's pass). One pass when no prompt repeats, under gradient checkpointing
     (which runs without a cache), under FSDP (a data-dependent number of collectives would hang),
-    and for a mask with holes.
+    for a sliding-window model (its cache keeps only the window) and for a mask with holes.
     """
     decoder = model.get_decoder()
     first = torch.full((ids.shape[0],), ids.shape[1], device=ids.device).scatter_reduce(0, rows, cols, "amin")
@@ -190,7 +190,7 @@ def agent_states(model, ids: torch.Tensor, attn: torch.Tensor, rows: torch.Tenso
     live = rows.unique().tolist()  # the rows with agent tokens, in order
     prompts: dict[tuple, int] = {}
     which = [prompts.setdefault(tuple(ids[b, start[b]:first[b]].tolist()), len(prompts)) for b in live]
-    if (len(prompts) == len(live) or not contiguous or () in prompts or sharded(model)
+    if (len(prompts) == len(live) or not contiguous or () in prompts or sharded(model) or sliding(model)
             or (model.training and getattr(model, "is_gradient_checkpointing", False))):
         h = decoder(input_ids=ids, attention_mask=attn, position_ids=position_ids(attn)).last_hidden_state
         return h[rows, cols - 1]
