@@ -19,6 +19,17 @@ FP32_TOL = 2e-4  # what tests/test_agent.py holds the float32 rollout to
 BF16_TOL = 0.1  # bf16 keeps 8 bits of mantissa: cached one-token decoding and the full forward round apart
 
 
+@pytest.fixture
+def fresh_accelerate():
+    """Accelerate keeps one state per process: a bf16 run after a float32 one in the same test
+    process needs it reset (a real run is its own process)."""
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    yield
+    AcceleratorState._reset_state(reset_partial_state=True)
+
+
 def tiny_policy(path):
     policy = tiny.load(path, "babyai")
     policy.context_turns, policy.mask_actions, policy.max_new_tokens = 0, False, 6
@@ -119,7 +130,7 @@ def test_dropout_is_off_so_train_mode_scores_like_eval_mode():
         torch.testing.assert_close(agent_logprobs(model, ids, attn, rows, cols)[0], ref)
 
 
-def test_a_bf16_run_recomputes_pi_old_and_its_first_minibatch_is_on_policy(tmp_path, capsys):
+def test_a_bf16_run_recomputes_pi_old_and_its_first_minibatch_is_on_policy(fresh_accelerate, tmp_path, capsys):
     """train.py --mixed-precision bf16: the sampled log-probs differ from the update's by bf16
     rounding (logged as charts/sampling_logprob_gap), pi_old is the training forward's, and before
     the first optimizer step every ratio is 1 (charts/on_policy_gap: max |log ratio| = 0 here,
