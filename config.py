@@ -23,6 +23,7 @@ import agent
 from machinery import lora
 import tiny
 from machinery.gguf_model import resolve_model
+from machinery.logprobs import fp32_head
 
 
 @dataclass
@@ -68,6 +69,7 @@ def load_agent(cfg: AgentConfig, device: str, model: str | None = None, trainabl
         policy = tiny.load(name, cfg.env, device)
     else:  # `smollm2` or a .gguf file: its converted folder (machinery/gguf_model.py); else the name as is
         policy = agent.load_policy(resolve_model(name), device)
+    fp32_head(policy.model)  # log-probs in float32 under --mixed-precision: the sampler's = the update's
     policy.temperature = cfg.temperature
     for key in ("max_new_tokens", "mask_actions", "context_turns"):
         if getattr(cfg, key) is not None:

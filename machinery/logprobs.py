@@ -146,6 +146,25 @@ def disable_dropout(model) -> None:
                 setattr(m, name, 0.0)
 
 
+def fp32_head(model) -> None:
+    """The LM head in float32 even under bf16 autocast, for the sampler and the update alike
+    (`config.load_agent` calls it). In bf16 a logit of magnitude 30 is rounded to 1/8, so log-probs
+    of the same tokens differed by up to 0.27 between SmolLM2's sampler and training forward, and
+    by 0.21 between two training forwards of the same rows in different micro-batches
+    (benchmarks/gpu_check.py); MiniMax-M1 (2025) traced its training/inference mismatch to the same
+    head. The head's cost is one (H, V) matmul per sampled token: small next to the blocks."""
+    head = model.get_output_embeddings()
+    if head is None or getattr(head, "fp32_head", False):
+        return
+    head.float()
+
+    def forward(x):
+        with torch.autocast(x.device.type, enabled=False):
+            return F.linear(x.float(), head.weight.float(), None if head.bias is None else head.bias.float())
+
+    head.forward, head.fp32_head = forward, True
+
+
 def sharded(model) -> bool:
     """Whether FSDP (1 or 2) wraps any part of `model`: then each wrapped forward all-gathers."""
     if not torch.distributed.is_available():

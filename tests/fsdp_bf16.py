@@ -67,14 +67,18 @@ class Gathers:
 
 
 def main(out: str):
-    tdist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    cuda = torch.cuda.is_available()  # benchmarks/gpu_check.py runs it on one GPU too
+    tdist.init_process_group("nccl" if cuda else "gloo", timeout=datetime.timedelta(seconds=60))
+    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(dev)
     gathers = Gathers()
-    model = small_model()
+    model = small_model().to(dev)
     bf16 = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16, buffer_dtype=torch.bfloat16)
-    wrapped = FSDP(LogprobForward(model), use_orig_params=True, device_id=torch.device("cpu"), mixed_precision=bf16,
+    wrapped = FSDP(LogprobForward(model), use_orig_params=True, device_id=dev, mixed_precision=bf16,
                    auto_wrap_policy=functools.partial(transformer_auto_wrap_policy,
                                                       transformer_layer_cls={Qwen2DecoderLayer}))
-    ids, attn, mask = rows_of(dist.rank())
+    ids, attn, mask = (x.to(dev) for x in rows_of(dist.rank()))
     rows, cols = predicting_positions(mask)
     logp, _ = wrapped(ids, attn, rows, cols)  # before the fix: rank 0 two decoder passes, rank 1 one: a hang
     logp.float().sum().backward()
@@ -83,7 +87,7 @@ def main(out: str):
     counts = []
     for n in (5, 3 + 10 * dist.rank(), 30):
         gathers.n, gathers.on = 0, True
-        with dist.full_weights(wrapped), torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        with dist.full_weights(wrapped), torch.no_grad(), torch.autocast(dev.type, dtype=torch.bfloat16):
             o = model(input_ids=ids[:1, :8], use_cache=True)
             for _ in range(n):
                 o = model(input_ids=o.logits[:, -1:].argmax(-1), past_key_values=o.past_key_values,
@@ -91,10 +95,10 @@ def main(out: str):
         gathers.on = False
         counts.append(gathers.n)
     with dist.full_weights(wrapped):
-        plain = small_model()
+        plain = small_model().to(dev)
         plain.load_state_dict(model.state_dict())
     ref, _ = full_logprobs(plain, ids, attn)
-    torch.save({"logp": logp.detach().float(), "ref": ref[rows, cols], "gathers": counts,
+    torch.save({"logp": logp.detach().float().cpu(), "ref": ref[rows, cols].detach().cpu(), "gathers": counts,
                 "grad": any(p.grad is not None and p.grad.abs().sum() > 0 for p in wrapped.parameters())},
                os.path.join(out, f"fsdp_rank{dist.rank()}.pt"))
     tdist.destroy_process_group()

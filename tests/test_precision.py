@@ -16,7 +16,7 @@ from machinery.logprobs import agent_logprobs, disable_dropout, predicting_posit
 
 TEMPERATURE = 0.7
 FP32_TOL = 2e-4  # what tests/test_agent.py holds the float32 rollout to
-BF16_TOL = 0.1  # bf16 keeps 8 bits of mantissa: cached one-token decoding and the full forward round apart
+BF16_TOL = 0.1  # max per token, small models: bf16 keeps 8 bits of mantissa; cached decoding and the full forward round apart
 
 
 @pytest.fixture
@@ -133,8 +133,8 @@ def test_dropout_is_off_so_train_mode_scores_like_eval_mode():
 def test_a_bf16_run_recomputes_pi_old_and_its_first_minibatch_is_on_policy(fresh_accelerate, tmp_path, capsys):
     """train.py --mixed-precision bf16: the sampled log-probs differ from the update's by bf16
     rounding (logged as charts/sampling_logprob_gap), pi_old is the training forward's, and before
-    the first optimizer step every ratio is 1 (charts/on_policy_gap: max |log ratio| = 0 here,
-    within train.ON_POLICY_TOL), printed for the user."""
+    the first optimizer step every ratio is 1 (charts/on_policy_gap: mean |log ratio|, 0 here,
+    within train.ON_POLICY_TOL on the mean), printed for the user."""
     from train import ON_POLICY_TOL, Config, train
 
     train(Config(steps=1, tasks_per_step=2, group_size=2, eval_episodes=0, rounds="2", mixed_precision="bf16",
@@ -142,4 +142,22 @@ def test_a_bf16_run_recomputes_pi_old_and_its_first_minibatch_is_on_policy(fresh
     m = json.loads(open(tmp_path / "metrics.jsonl").readline())
     assert m["charts/on_policy_gap"] <= ON_POLICY_TOL
     assert m["charts/sampling_logprob_gap"] > 0  # the sampler's own log-probs were not used as pi_old
-    assert "first minibatch: max |log ratio|" in capsys.readouterr().out
+    assert "first minibatch: |log ratio| mean" in capsys.readouterr().out
+
+
+def test_the_lm_head_runs_in_float32_under_bf16_autocast(tiny_path):
+    """logprobs.fp32_head (applied by config.load_agent): the sampler's logits and the update's are
+    float32 even under bf16 autocast (a bf16 logit of 30 is rounded to 1/8), while the blocks run
+    in bf16; the model's own logits are the same as before to float32 rounding when autocast is off."""
+    from machinery.logprobs import fp32_head
+
+    policy = tiny_policy(tiny_path)
+    ids = torch.tensor([policy.tokenizer("go to the red ball")["input_ids"]])
+    with torch.no_grad():
+        plain = policy.model(input_ids=ids).logits
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert policy.model(input_ids=ids).logits.dtype == torch.bfloat16  # before: the head in bf16
+        fp32_head(policy.model)
+        torch.testing.assert_close(policy.model(input_ids=ids).logits, plain)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert policy.model(input_ids=ids).logits.dtype == torch.float32
