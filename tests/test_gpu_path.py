@@ -65,13 +65,15 @@ def test_resume_restores_the_cuda_generator_when_there_is_one(monkeypatch):
 def test_a_bf16_lora_run_resumes_with_its_base_in_bf16(fresh_accelerate, tmp_path, monkeypatch):
     """The frozen base is cast to bf16 when adapters are added and again when they are loaded on
     --resume (before: fp32 after a resume, twice the memory and another reference model); the
-    adapters stay float32."""
+    adapters and the LM head (tied: the embedding) stay float32."""
     dtypes = []
     real = train_module.update
 
     def spy(forward, *a, **k):
         model = getattr(forward, "model", forward)
-        dtypes.append({("adapter" if "lora_" in n else "base", p.dtype) for n, p in model.named_parameters()})
+        head = {id(p) for p in model.get_output_embeddings().parameters()}  # float32 (logprobs.fp32_head)
+        dtypes.append({("adapter" if "lora_" in n else "head" if id(p) in head else "base", p.dtype)
+                       for n, p in model.named_parameters()})
         return real(forward, *a, **k)
 
     monkeypatch.setattr(train_module, "update", spy)
@@ -80,7 +82,7 @@ def test_a_bf16_lora_run_resumes_with_its_base_in_bf16(fresh_accelerate, tmp_pat
     train(cfg)
     train(Config(**{**cfg.__dict__, "steps": 2, "resume": str(tmp_path / "run" / "checkpoint")}))
     assert len(dtypes) == 2
-    assert dtypes[0] == dtypes[1] == {("base", torch.bfloat16), ("adapter", torch.float32)}
+    assert dtypes[0] == dtypes[1] == {("base", torch.bfloat16), ("adapter", torch.float32), ("head", torch.float32)}
 
 
 def test_ref_device_cpu_with_lora_is_refused():
