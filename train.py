@@ -62,6 +62,7 @@ from config import AgentConfig, load_agent, parse, resolve_device, set_threads
 from envs import ENVS, check_server, close_pool, open_pool
 from eval import evaluate, write_trajectories
 from scaling_inter import adaptive, staged
+from machinery import signals
 from machinery.timing import timed
 
 # Each algorithm is an `algorithm.Algorithm` (advantages, loss, optional state): see its file.
@@ -178,6 +179,28 @@ class Config(AgentConfig):
     """train rank-R LoRA adapters (machinery/lora.py) instead of all weights; the reference is the base with adapters off; 0: off"""
     lora_alpha: float = 0.0
     """LoRA scale alpha (the update is alpha / rank * B A); 0: 2 * rank"""
+    stop_on_alarm: bool = False
+    """stop the run (after logging the step) when an alarm fires (machinery/signals.py); default: warn and go on"""
+    alarm_patience: int = 3
+    """steps in a row a slow condition (no signal, echo, invalid actions) must hold before its alarm fires"""
+    alarm_flat_share: float = 0.9
+    """no-signal alarm: a step has no signal when at least this share of its groups have all-equal rewards"""
+    alarm_identical: float = 0.95
+    """echo alarm: share of a group's replies identical to another rollout's at the same turn"""
+    alarm_entropy_drop: float = 0.1
+    """echo alarm, entropy collapse: entropy below this fraction of its level over the first steps"""
+    alarm_kl: float = 0.5
+    """KL alarm: bound on the KL to the reference model (losses/kl)"""
+    alarm_approx_kl: float = 0.1
+    """KL alarm: bound on one update's approx KL, old to new policy (losses/approx_kl)"""
+    alarm_invalid: float = 0.3
+    """invalid-action alarm: share of turns without a valid action"""
+    alarm_invalid_rise: float = 0.2
+    """invalid-action alarm: also fires when that share rose this much above its level over the first steps"""
+    alarm_cut: float = 0.1
+    """cut alarm: share of replies cut at --max-new-tokens"""
+    alarm_env_errors: float = 0.05
+    """environment-error alarm: share of a step's episodes that ended in an environment error, above which it fires"""
 
 
 def parse_args(argv=None) -> Config:
@@ -312,6 +335,7 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
                 os.remove(old)
     dist.barrier()  # the main process has trimmed metrics.jsonl: now every process may read it
     failed_steps = 0
+    alarmed = {k[6:] for r in history for k in r if k.startswith("alarm/")} if saved else set()  # printed once
     # the logged steps so far: the adaptive schedule replays its decisions from them
     history = [r for r in map(json.loads, open(metrics_path)) if r["step"] < start] if saved else []
     try:
@@ -366,6 +390,7 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
                 algo.advantages(batch, cfg, state)
             policy.model.train()
             stats = update(forward, batch, len(trajs), algo, cfg, state, accelerator, trained, tm)
+            signals.check_finite(policy.model, step)  # NaN weights stop the run here, never saved
             # every process's episodes (dist.gather: the same lists on all of them, so the adaptive
             # schedule decides the same everywhere)
             ep = dist.gather([(t.reward, t.success, t.turns, t.truncated, not t.done and t.turns >= horizon)
@@ -386,6 +411,7 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
                 / (time.time() - t_update),
                 "perf/peak_memory_gb": dist.global_max(peak_memory_gb(device)),  # the largest process's
                 **stats,
+                **signals.step_signals(dist.gather(signals.episode_facts(episodes)), batch),
             }
             if n_eval and cfg.eval_every and step % cfg.eval_every == 0 and step != cfg.steps:  # last: eval_after
                 with dist.full_weights(forward):
@@ -396,19 +422,32 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
                     summary["probe_after"] = binding(policy, probe).__dict__
                 m.update({f"probe/{k}": v for k, v in summary["probe_after"].items() if k != "n_states"})
             history.append(m)
+            fired = signals.check(history, cfg)  # the alarms that hold at this step
+            m.update({f"alarm/{name}": 1.0 for name in fired})
+            for name in set(fired) - alarmed:
+                alarmed.add(name)
+                if main:
+                    tqdm.write(signals.describe(name, history))
             if main:
                 log_metrics(metrics_path, writer, m)
             if cfg.save_rollouts_every and step % cfg.save_rollouts_every == 0:
+                for t, credit in zip(trajs, signals.turn_credit(batch, cfg.algo)):
+                    t.credit = credit  # per turn: the advantage this update gave it (view.py)
                 episodes = dist.gather(episodes)  # in task order
                 if main:
                     write_trajectories(os.path.join(rollouts_dir, f"step_{step:06d}.jsonl"), episodes, step=step)
-            bar.set_postfix(h=horizon, succ=f"{m['charts/success']:.2f}", turns=f"{m['charts/turns']:.1f}")
+            bar.set_postfix(h=horizon, succ=f"{m['charts/success']:.2f}", turns=f"{m['charts/turns']:.1f}",
+                            flat=f"{m['signals/flat_groups']:.2f}", alarms=len(fired))
             if step % cfg.save_every == 0 or step == cfg.steps:
                 with timed(tm, "checkpoint"):
                     save_checkpoint(cfg, accelerator, policy, forward, optimizer, step, ref_path, state)
             if profile is not None:
                 profile.append({"step": step, "horizon": horizon, "episodes": len(trajs),
                                 "agent_tokens": gen_tokens, "total": time.time() - t0, **tm})
+            if fired and cfg.stop_on_alarm:  # an alarm stops the run only when asked to
+                if main:
+                    tqdm.write(f"stopping after step {step}: --stop-on-alarm ({', '.join(fired)})")
+                break
         if n_eval:
             with dist.full_weights(forward):
                 summary["eval_after"], episodes = evaluate(policy, pool, spec, test_tasks, cfg.eval_samples,
@@ -459,10 +498,13 @@ def update(forward, batch, n_trajs: int, algo, cfg, state, accelerator, trained,
     """`cfg.epochs` passes over the rollout batch (`n_trajs` trajectories on this process), each in
     minibatches: clipped-ratio steps of every (model, optimizer) in `trained`. With N processes a
     minibatch is every process's share of it (each process cuts its batch into the same number of
-    parts) and DDP averages the gradients. Returns the mean of each minibatch's (global) stats."""
+    parts) and DDP averages the gradients. Returns the mean of each minibatch's (global) stats, and
+    `signals/nonfinite_skips`: the optimizer steps skipped because the loss or a gradient norm was
+    NaN or infinite (the weights are left as they were; machinery/signals.py raises the alarm)."""
     n_minibatches = max(1, math.ceil(dist.global_sum(n_trajs) / cfg.minibatch_size))  # the same on every process
     filler = batch.select(torch.arange(1)).trim()  # a weight-0 pass for a process with nothing in a minibatch
     stats: dict[str, list] = {}
+    skipped = 0  # optimizer steps skipped for a non-finite loss or gradient
     for _ in range(cfg.epochs):
         for part in torch.randperm(n_trajs).tensor_split(n_minibatches):
             rows = torch.isin(batch.traj, part).nonzero().squeeze(-1)
@@ -471,14 +513,18 @@ def update(forward, batch, n_trajs: int, algo, cfg, state, accelerator, trained,
             with timed(tm, "forward_backward"):
                 st = accumulate_gradients(forward, batch.select(rows), algo, cfg, state, accelerator, filler)
             with timed(tm, "optimizer"):
-                for model, opt in trained:  # the policy, then the algorithm's own model
-                    accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-                    opt.step()
+                # the policy, then the algorithm's own model; the norms are global (the same on every process)
+                norms = [float(accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)) for model, _ in trained]
+                if all(map(math.isfinite, norms + [st["losses/loss"]])):
+                    for _, opt in trained:
+                        opt.step()
+                else:  # a NaN/inf loss or gradient would poison the weights: skip (signals.py's alarm)
+                    skipped += 1
             for k, v in st.items():
                 stats.setdefault(k, []).append(v)
     for _, opt in trained:  # free the gradients before the next rollout
         opt.zero_grad(set_to_none=True)
-    return {k: float(np.mean(v)) for k, v in stats.items()}
+    return {**{k: float(np.mean(v)) for k, v in stats.items()}, "signals/nonfinite_skips": skipped}
 
 
 def accumulate_gradients(forward, mb, algo, cfg, state, accelerator, filler=None) -> dict:
@@ -581,7 +627,8 @@ def checkpoint_folder(path: str) -> str:
 
 
 def plot_curves(metrics_path: str, png: str):
-    """Success, turns and horizon per step, for people who would rather see than read."""
+    """Success (overall and per task category), turns and horizon, and the learning signals with
+    their alarms (machinery/signals.py) per step, for people who would rather see than read."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -594,20 +641,24 @@ def plot_curves(metrics_path: str, png: str):
         return
     steps = [r["step"] for r in rows]
     probed = [r for r in rows if "probe/share" in r]
-    fig, ax = plt.subplots(1, 3 if probed else 2, figsize=(15 if probed else 10, 3.5))
+    fig, ax = plt.subplots(1, 4 if probed else 3, figsize=(20 if probed else 15, 3.5))
     ax[0].plot(steps, [r["charts/success"] for r in rows], label="success (train rollouts)")
     ax[0].plot(steps, [r["charts/reward"] for r in rows], label="reward", alpha=0.6)
+    for cat in sorted({k for r in rows for k in r if k.startswith("success/")})[:8]:  # per task category
+        pts = [(r["step"], r[cat]) for r in rows if cat in r]
+        ax[0].plot(*zip(*pts), label=cat, linewidth=0.8, linestyle=":")
     ax[0].set_xlabel("step"); ax[0].legend(); ax[0].set_ylim(0, 1)
     ax[1].plot(steps, [r["charts/turns"] for r in rows], label="turns per episode")
     ax[1].plot(steps, [r["horizon"] for r in rows], label="horizon (max turns)", linestyle="--")
     ax[1].set_xlabel("step"); ax[1].legend()
+    signals.plot(ax[2], rows)  # machinery/signals.py: no-signal groups, echo, invalid, cut; the alarms
     if probed:  # benchmarks/binding_probe.py: mass on the mission's object vs the others, held-out GoToLocal
         ps = [r["step"] for r in probed]
-        ax[2].plot(ps, [r["probe/p_mission"] for r in probed], marker="o", label="p(mission's object)")
-        ax[2].plot(ps, [r["probe/p_other"] for r in probed], marker="o", label="p(other objects)")
-        ax[2].plot(ps, [r["probe/share"] for r in probed], marker="o", label="share on mission's object")
-        ax[2].plot(ps, [r["probe/chance"] for r in probed], linestyle="--", label="share by chance")
-        ax[2].set_xlabel("step"); ax[2].set_ylim(0, 1); ax[2].legend(fontsize=7)
+        ax[3].plot(ps, [r["probe/p_mission"] for r in probed], marker="o", label="p(mission's object)")
+        ax[3].plot(ps, [r["probe/p_other"] for r in probed], marker="o", label="p(other objects)")
+        ax[3].plot(ps, [r["probe/share"] for r in probed], marker="o", label="share on mission's object")
+        ax[3].plot(ps, [r["probe/chance"] for r in probed], linestyle="--", label="share by chance")
+        ax[3].set_xlabel("step"); ax[3].set_ylim(0, 1); ax[3].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(png, dpi=100)
     plt.close(fig)
