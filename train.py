@@ -191,6 +191,8 @@ class Config(AgentConfig):
     """echo alarm, entropy collapse: entropy below this fraction of its level over the first steps"""
     alarm_kl: float = 0.5
     """KL alarm: bound on the KL to the reference model (losses/kl)"""
+    alarm_kl_jump: float = 0.15
+    """KL alarm: bound on the rise of the KL to the reference from one step to the next (one update's blow-up)"""
     alarm_approx_kl: float = 0.1
     """KL alarm: bound on one update's approx KL, old to new policy (losses/approx_kl)"""
     alarm_invalid: float = 0.3

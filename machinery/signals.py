@@ -174,8 +174,10 @@ def check(history: list[dict], cfg) -> list[str]:
     if _held(history, "signals/identical_replies", lambda v: v >= echo_at, n) or (
             ent0 and _held(history, "losses/entropy", lambda v: v <= cfg.alarm_entropy_drop * ent0, n)):
         fired.append("echo")
-    if any(_finite(last.get(k)) and last[k] > bound for k, bound in
-           (("losses/kl", cfg.alarm_kl), ("losses/approx_kl", cfg.alarm_approx_kl))):
+    kls = [r["losses/kl"] for r in history[-2:] if _finite(r.get("losses/kl"))]
+    jump = kls[-1] - kls[0] if len(kls) == 2 and "losses/kl" in last else 0.0  # one update's rise
+    if jump > cfg.alarm_kl_jump or any(_finite(last.get(k)) and last[k] > bound for k, bound in
+                                       (("losses/kl", cfg.alarm_kl), ("losses/approx_kl", cfg.alarm_approx_kl))):
         fired.append("kl")
     inv0 = _start(history, "signals/invalid_actions", n) or 0.0
     if _held(history, "signals/invalid_actions",
@@ -215,7 +217,9 @@ def describe(name: str, history: list[dict]) -> str:
         numbers = (f"{_pct(get('signals/identical_replies'))} of replies identical within groups, entropy "
                    f"{get('losses/entropy', float('nan')):.3g}")
     elif name == "kl":
-        numbers = f"KL {get('losses/kl', float('nan')):.3g}, approx KL {get('losses/approx_kl', float('nan')):.3g}"
+        before = history[-2].get("losses/kl", float("nan")) if len(history) > 1 else float("nan")
+        numbers = (f"KL to the reference {get('losses/kl', float('nan')):.3g} (the step before: {before:.3g}), "
+                   f"approx KL {get('losses/approx_kl', float('nan')):.3g}")
     elif name == "invalid":
         numbers = f"{_pct(get('signals/invalid_actions'))} of turns without a valid action"
     elif name == "cut":

@@ -142,6 +142,14 @@ def test_slow_alarms_need_patience_steps_in_a_row():
     assert "no_signal" in fired_at(rows, Config(alarm_patience=1))[1]
 
 
+def test_a_kl_that_jumps_in_one_update_fires_even_under_the_bound():
+    rows = history(8, from_step=5, losses__kl=0.3)  # 0.01 -> 0.3 at step 5, then steady under alarm_kl
+    fired = fired_at(rows)
+    assert [s for s in fired if "kl" in fired[s]] == [5]
+    assert "(the step before: 0.01)" in signals.describe("kl", rows[:5])
+    assert not any(fired_at(rows, Config(alarm_kl_jump=0.5)).values())
+
+
 def test_entropy_collapse_and_a_rising_invalid_rate_fire_against_the_runs_own_start():
     rows = history(10, from_step=6, losses__entropy=0.05)  # entropy fell to 5% of its first steps'
     assert "echo" in signals.check(rows[:8], Config()) and "echo" not in signals.check(rows[:7], Config())
