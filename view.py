@@ -710,7 +710,7 @@ function renderCompare() {
 const CURVES = [["charts/success", "success (train rollouts)"], ["charts/reward", "reward"], ["charts/turns", "turns per episode"],
   ["horizon", "horizon (max turns)"], ["losses/kl", "KL to reference"], ["losses/approx_kl", "approx KL (old \u2192 new)"],
   ["losses/entropy", "entropy"], ["losses/clipfrac", "clip fraction"],
-  ["signals/flat_groups", "groups with all-equal rewards (no advantage)"], ["signals/identical_replies", "identical replies within groups"],
+  ["signals/flat_groups", "groups with all-equal rewards"], ["signals/identical_replies", "identical replies within groups"],
   ["signals/invalid_actions", "turns without a valid action"], ["signals/cut_replies", "replies cut at the token limit"],
   ["signals/reply_tokens", "mean reply length (tokens)"], ["signals/adv_std", "advantage spread (std)"]];
 function renderTraining() {
