@@ -11,6 +11,7 @@ The loop, one step at a time (paper, section 2):
     3. advantages from the outcome rewards                           (grpo.py / ppo.py / ...)
     4. `epochs` passes of clipped-ratio updates over minibatches     (the same file's loss)
     5. log to <out>/metrics.jsonl (and TensorBoard), checkpoint to <out>/checkpoint
+       (with the step's learning signals and alarms: machinery/signals.py, docs/signals.md)
 The default run also evaluates the policy on the held-out test split before and after training
 and writes both to <out>/summary.json (`eval_before`, `eval_after`, same keys as eval.py), their
 episodes to <out>/eval_before/ and <out>/eval_after/, and at the end <out>/report.html (view.py:

@@ -4,6 +4,7 @@
     python view.py runs/default                       # a train.py run: curves, sample rollouts, eval
     python view.py runs/eval_before runs/eval_after --out compare.html   # two runs side by side
     python view.py runs/eval/trajectories.jsonl       # trajectory files as eval.py writes them
+    python view.py runs/default --credit grpo,gigpo,ppo   # each turn's credit under three algorithms
 
 Where it sits: after the loop. `eval.py` writes `<out>/summary.json` and one trajectory per line
 to `<out>/trajectories.jsonl`; `train.py` writes `<out>/metrics.jsonl` (one line per step),
@@ -17,8 +18,11 @@ The report holds: a summary per set of episodes (success, score, turns, per cate
 a curve), a table of episodes with filters and sorting, an episode page (each turn's
 observation, the full reply with the parsed action highlighted, a mark when the reply did not
 parse or the environment refused it, reward, done; BabyAI's grid when the run recorded frames),
-a comparison of two sets on the same task ids (which tasks flipped), and a training run's
-learning curves. Agent and environment text is untrusted: the data is embedded as JSON with `<`,
+a comparison of two sets on the same task ids (which tasks flipped), a training run's
+learning curves with a banner per alarm it raised (machinery/signals.py, at the steps it held),
+and each saved training step's credit: every turn coloured by the advantage the run's algorithm
+gave it, and with `--credit grpo,gigpo,ppo` those algorithms' own advantages on the same episodes,
+side by side (the Credit tab; docs/signals.md). Agent and environment text is untrusted: the data is embedded as JSON with `<`,
 `>` and `&` escaped, and the page only ever inserts it as text, never as HTML.
 
 Every field is optional: a reader of old or partial files gets what is there. A line of a JSONL

@@ -309,3 +309,25 @@ def test_temperature_0_log_probs_in_the_update_are_the_rollouts_and_finite(tiny_
     torch.testing.assert_close(logp[m], batch.old_logprobs[m], atol=1e-4, rtol=1e-4)  # ratio 1 on policy
     # and the same two contexts again: greedy picks the same reply
     assert generate(policy, [ctx, ctx[:-2]])[0] == ids
+
+
+# --- in the loop --------------------------------------------------------------------------------
+
+def test_the_loop_logs_the_signals_and_stops_on_an_alarm_only_when_asked(tmp_path):
+    from train import train
+
+    # every step "has no signal" under these thresholds: the alarm fires at step 1
+    cfg = Config(steps=3, tasks_per_step=2, group_size=2, minibatch_size=4, eval_episodes=0, rounds="2",
+                 out=str(tmp_path), save_every=3, alarm_flat_share=0.0, alarm_patience=1, stop_on_alarm=True)
+    train(cfg)
+    rows = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
+    assert [r["step"] for r in rows] == [1] and rows[0]["alarm/no_signal"] == 1.0
+    for key in ("signals/flat_groups", "signals/identical_replies", "signals/invalid_actions", "signals/cut_replies",
+                "signals/reply_tokens", "signals/adv_std", "signals/nonfinite_skips"):
+        assert key in rows[0], key
+    assert any(k.startswith("success/") for k in rows[0])
+    assert "no_signal" in open(tmp_path / "report.html").read()  # the banner's data
+    cfg.stop_on_alarm, cfg.out = False, str(tmp_path / "go_on")
+    train(cfg)  # the same alarm, and the run goes on
+    rows = [json.loads(line) for line in open(tmp_path / "go_on" / "metrics.jsonl")]
+    assert [r["step"] for r in rows] == [1, 2, 3] and all(r["alarm/no_signal"] == 1.0 for r in rows)
