@@ -193,7 +193,7 @@ class Config(AgentConfig):
     alarm_kl: float = 0.5
     """KL alarm: bound on the KL to the reference model (losses/kl)"""
     alarm_kl_jump: float = 0.15
-    """KL alarm: bound on the rise of the KL to the reference from one step to the next (one update's blow-up)"""
+    """KL alarm: bound on the KL to the reference's rise from one step to the next (one update's blow-up)"""
     alarm_approx_kl: float = 0.1
     """KL alarm: bound on one update's approx KL, old to new policy (losses/approx_kl)"""
     alarm_invalid: float = 0.3
@@ -203,7 +203,7 @@ class Config(AgentConfig):
     alarm_cut: float = 0.1
     """cut alarm: share of replies cut at --max-new-tokens"""
     alarm_env_errors: float = 0.05
-    """environment-error alarm: share of a step's episodes that ended in an environment error, above which it fires"""
+    """environment-error alarm: fires above this share of a step's episodes ending in an environment error"""
 
 
 def parse_args(argv=None) -> Config:

@@ -22,8 +22,9 @@ a comparison of two sets on the same task ids (which tasks flipped), a training 
 learning curves with a banner per alarm it raised (machinery/signals.py, at the steps it held),
 and each saved training step's credit: every turn coloured by the advantage the run's algorithm
 gave it, and with `--credit grpo,gigpo,ppo` those algorithms' own advantages on the same episodes,
-side by side (the Credit tab; docs/signals.md). Agent and environment text is untrusted: the data is embedded as JSON with `<`,
-`>` and `&` escaped, and the page only ever inserts it as text, never as HTML.
+side by side (the Credit tab; docs/signals.md). Agent and environment text is untrusted: the
+data is embedded as JSON with `<`, `>` and `&` escaped, and the page only ever inserts it as
+text, never as HTML.
 
 Every field is optional: a reader of old or partial files gets what is there. A line of a JSONL
 file that is not valid JSON (a truncated last line after a crash, say) is reported by file and
@@ -448,14 +449,18 @@ function showAlarms() {
   box.hidden = false;
   for (const a of D.alarms) box.append(el("div", {class: "alarm", "data-alarm": a.name},
     el("b", {text: a.name}), " " + a.message + " \u2014 ",
-    el("a", {href: "#training", text: "steps " + ranges(a.steps)}), D.training.length > 1 ? " (" + a.run + ")" : ""));
+    el("a", {href: "#training", text: "steps " + ranges(a.steps)}),
+    D.training.length > 1 ? " (" + a.run + ")" : ""));
 }
 
 // ---- credit: the advantage each turn got, as a colour (green: pushed up, red: pushed down) ----
 const CREDIT_TOKEN_LEVEL = ["ppo", "reinforce_pp"];
-const creditScale = {};  // set name + algorithm -> the largest |credit| in that set, so colours compare within it
+// set name + algorithm -> the largest |credit| in that set, so colours compare within it
+const creditScale = {};
 for (const s of D.sets) for (const e of s.episodes) for (const t of e.steps) {
-  const add = (k, v) => { if (typeof v === "number") creditScale[k] = Math.max(creditScale[k] || 0, Math.abs(v)); };
+  const add = (k, v) => {
+    if (typeof v === "number") creditScale[k] = Math.max(creditScale[k] || 0, Math.abs(v));
+  };
   add(s.name + "\u0000run", t.credit);
   for (const [a, v] of Object.entries(t.credits || {})) add(s.name + "\u0000" + a, v);
 }
@@ -466,7 +471,8 @@ function creditColor(v, scale) {
 }
 function creditChip(label, v, scale, tag = "span") {
   return el(tag, {class: "credit", style: "background:" + creditColor(v, scale), title: label,
-    text: (tag === "span" ? label + " " : "") + (typeof v === "number" ? (v >= 0 ? "+" : "") + v.toFixed(3) : "\u2013")});
+    text: (tag === "span" ? label + " " : "") +
+      (typeof v === "number" ? (v >= 0 ? "+" : "") + v.toFixed(3) : "\u2013")});
 }
 function creditLabel(algo) {
   return algo + (CREDIT_TOKEN_LEVEL.includes(algo) ? " (sum over the turn's tokens)" : "");  // signals.TOKEN_LEVEL

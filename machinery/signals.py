@@ -40,7 +40,9 @@ from collections import defaultdict
 # BabyAI, TextCraft, SciWorld, WebArena, Deep Search. view.py marks such a turn "refused".
 REFUSALS = re.compile(
     r"is not an available action|^Could not execute|No known action matches|^Invalid action"
-    r"|Your reply holds no complete tag", re.MULTILINE)
+    r"|Your reply holds no complete tag",
+    re.MULTILINE,
+)
 
 TOKEN_LEVEL = ("ppo", "reinforce_pp")  # their advantage differs per token: a turn's credit is the sum
 """Algorithms whose advantage varies within a turn; a turn's credit is their sum over its tokens
@@ -62,13 +64,21 @@ def invalid_turns(actions: list[str], observations: list[str]) -> int:
 def episode_facts(trajs) -> list[dict]:
     """What the signals need of each episode (agent.Trajectory), small enough to gather from
     every process."""
-    return [{
-        "group": t.group, "reward": float(t.reward), "success": bool(t.success), "category": t.category,
-        "error": bool(t.error), "turns": t.turns, "cut": int(t.truncated),
-        "tokens": sum(sum(r.mask) for r in t.rows),  # the agent's own tokens: its replies
-        "replies": [m["content"] for m in t.messages if m["role"] == "assistant"],
-        "invalid": invalid_turns(t.actions, t.observations),
-    } for t in trajs]
+    return [
+        {
+            "group": t.group,
+            "reward": float(t.reward),
+            "success": bool(t.success),
+            "category": t.category,
+            "error": bool(t.error),
+            "turns": t.turns,
+            "cut": int(t.truncated),
+            "tokens": sum(sum(r.mask) for r in t.rows),  # the agent's own tokens: its replies
+            "replies": [m["content"] for m in t.messages if m["role"] == "assistant"],
+            "invalid": invalid_turns(t.actions, t.observations),
+        }
+        for t in trajs
+    ]
 
 
 def identical_share(groups: list[list[list[str]]]) -> float:
@@ -124,21 +134,35 @@ def step_signals(facts: list[dict], batch=None) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 ALARMS = {  # name -> (what went wrong, the fix to try)
-    "non_finite": ("a non-finite loss or gradient: the optimizer step was skipped (the weights kept)",
-                   "lower --lr or --max-grad-norm; with --mixed-precision fp16 try bf16 or no"),
-    "no_signal": ("no learning signal: the groups' rewards are all equal, so GRPO's advantages are 0",
-                  ""),  # the fix depends on the direction: `describe`
-    "echo": ("entropy collapse or echo: the rollouts of a group give the same replies",
-             "raise --entropy-coef or --temperature, lower --lr, or raise --kl-coef"),
-    "kl": ("KL blow-up: the policy moves too far (from the reference, or in one update)",
-           "lower --lr, raise --kl-coef, fewer --epochs, a smaller --clip-ratio"),
-    "invalid": ("invalid actions: replies hold no valid action (format drift)",
-                "check the prompt and the parser (envs.py), --mask-actions true, a few SFT steps (sft.py), "
-                "or raise --kl-coef"),
-    "cut": ("replies cut at the token limit: they are sent unfinished",
-            "raise --max-new-tokens, or ask for shorter replies in the instruction"),
-    "env_errors": ("environment errors: episodes left out of the update",
-                   "read <out>/server.log; check --url; fewer episodes at once (--generation-batch-size)"),
+    "non_finite": (
+        "a non-finite loss or gradient: the optimizer step was skipped (the weights kept)",
+        "lower --lr or --max-grad-norm; with --mixed-precision fp16 try bf16 or no",
+    ),
+    "no_signal": (
+        "no learning signal: the groups' rewards are all equal, so GRPO's advantages are 0",
+        "",
+    ),  # the fix depends on the direction: `describe`
+    "echo": (
+        "entropy collapse or echo: the rollouts of a group give the same replies",
+        "raise --entropy-coef or --temperature, lower --lr, or raise --kl-coef",
+    ),
+    "kl": (
+        "KL blow-up: the policy moves too far (from the reference, or in one update)",
+        "lower --lr, raise --kl-coef, fewer --epochs, a smaller --clip-ratio",
+    ),
+    "invalid": (
+        "invalid actions: replies hold no valid action (format drift)",
+        "check the prompt and the parser (envs.py), --mask-actions true, a few SFT steps (sft.py), "
+        "or raise --kl-coef",
+    ),
+    "cut": (
+        "replies cut at the token limit: they are sent unfinished",
+        "raise --max-new-tokens, or ask for shorter replies in the instruction",
+    ),
+    "env_errors": (
+        "environment errors: episodes left out of the update",
+        "read <out>/server.log; check --url; fewer episodes at once (--generation-batch-size)",
+    ),
 }
 
 
@@ -172,16 +196,23 @@ def check(history: list[dict], cfg) -> list[str]:
     ent0 = _start(history, "losses/entropy", n)
     echo_at = min(1.0, cfg.alarm_identical)
     if _held(history, "signals/identical_replies", lambda v: v >= echo_at, n) or (
-            ent0 and _held(history, "losses/entropy", lambda v: v <= cfg.alarm_entropy_drop * ent0, n)):
+        ent0 and _held(history, "losses/entropy", lambda v: v <= cfg.alarm_entropy_drop * ent0, n)
+    ):
         fired.append("echo")
     kls = [r["losses/kl"] for r in history[-2:] if _finite(r.get("losses/kl"))]
     jump = kls[-1] - kls[0] if len(kls) == 2 and "losses/kl" in last else 0.0  # one update's rise
-    if jump > cfg.alarm_kl_jump or any(_finite(last.get(k)) and last[k] > bound for k, bound in
-                                       (("losses/kl", cfg.alarm_kl), ("losses/approx_kl", cfg.alarm_approx_kl))):
+    if jump > cfg.alarm_kl_jump or any(
+        _finite(last.get(k)) and last[k] > bound
+        for k, bound in (("losses/kl", cfg.alarm_kl), ("losses/approx_kl", cfg.alarm_approx_kl))
+    ):
         fired.append("kl")
     inv0 = _start(history, "signals/invalid_actions", n) or 0.0
-    if _held(history, "signals/invalid_actions",
-             lambda v: v >= min(cfg.alarm_invalid, inv0 + cfg.alarm_invalid_rise), n):
+    if _held(
+        history,
+        "signals/invalid_actions",
+        lambda v: v >= min(cfg.alarm_invalid, inv0 + cfg.alarm_invalid_rise),
+        n,
+    ):
         fired.append("invalid")
     if last.get("signals/cut_replies", 0) >= cfg.alarm_cut and last.get("signals/cut_replies", 0) > 0:
         fired.append("cut")
@@ -202,29 +233,41 @@ def describe(name: str, history: list[dict]) -> str:
     get = last.get
     if name == "no_signal":
         failed, succeeded = get("signals/flat_failed", 0.0), get("signals/flat_succeeded", 0.0)
-        numbers = (f"{_pct(get('signals/flat_groups'))} of groups flat ({_pct(failed)} all failed, "
-                   f"{_pct(succeeded)} all succeeded)")
+        numbers = (
+            f"{_pct(get('signals/flat_groups'))} of groups flat ({_pct(failed)} all failed, "
+            f"{_pct(succeeded)} all succeeded)"
+        )
         if get("signals/identical_replies", 0.0) >= 0.9:
             numbers += f", {_pct(get('signals/identical_replies'))} of replies identical within groups"
-            fix = ("the rollouts of a group are alike: sampling has no spread (--temperature 0 is greedy: "
-                   "use a temperature > 0; a collapsed policy: raise --entropy-coef)")
+            fix = (
+                "the rollouts of a group are alike: sampling has no spread (--temperature 0 is greedy: "
+                "use a temperature > 0; a collapsed policy: raise --entropy-coef)"
+            )
         elif failed >= succeeded:
-            fix = ("all failures: the tasks are too hard or the horizon too short: longer --rounds, easier "
-                   "tasks (--train-split), a larger --group-size, or a policy that sometimes succeeds (SFT)")
+            fix = (
+                "all failures: the tasks are too hard or the horizon too short: longer --rounds, easier "
+                "tasks (--train-split), a larger --group-size, or a policy that sometimes succeeds (SFT)"
+            )
         else:
             fix = "all successes: the tasks are too easy: harder tasks (--train-split), or stop here"
     elif name == "echo":
-        numbers = (f"{_pct(get('signals/identical_replies'))} of replies identical within groups, entropy "
-                   f"{get('losses/entropy', float('nan')):.3g}")
+        numbers = (
+            f"{_pct(get('signals/identical_replies'))} of replies identical within groups, entropy "
+            f"{get('losses/entropy', float('nan')):.3g}"
+        )
     elif name == "kl":
         before = history[-2].get("losses/kl", float("nan")) if len(history) > 1 else float("nan")
-        numbers = (f"KL to the reference {get('losses/kl', float('nan')):.3g} (the step before: {before:.3g}), "
-                   f"approx KL {get('losses/approx_kl', float('nan')):.3g}")
+        numbers = (
+            f"KL to the reference {get('losses/kl', float('nan')):.3g} (the step before: {before:.3g}), "
+            f"approx KL {get('losses/approx_kl', float('nan')):.3g}"
+        )
     elif name == "invalid":
         numbers = f"{_pct(get('signals/invalid_actions'))} of turns without a valid action"
     elif name == "cut":
-        numbers = (f"{_pct(get('signals/cut_replies'))} of replies cut, mean reply "
-                   f"{get('signals/reply_tokens', float('nan')):.1f} tokens")
+        numbers = (
+            f"{_pct(get('signals/cut_replies'))} of replies cut, mean reply "
+            f"{get('signals/reply_tokens', float('nan')):.1f} tokens"
+        )
     elif name == "env_errors":
         numbers = f"{_pct(get('signals/env_error_share'))} of episodes"
     else:
@@ -293,9 +336,17 @@ def credit_on_episodes(records: list[dict], algos: dict, cfg) -> dict[str, list[
         saved = (r.get("credit") or {}).get("tokens") or []
         tokens = [int(saved[k]) if k < len(saved) else 1 for k in range(n_turns)]
         rows = [Row(ids=[0] * (1 + n), mask=[0] + [1] * n, logprobs=[0.0] * (1 + n)) for n in tokens]
-        eps.append(SimpleNamespace(rows=rows, reward=float(r.get("reward") or 0.0),
-                                   group=r.get("group", r.get("task")), observations=r.get("observations") or [],
-                                   turns=n_turns, tokens=tokens, values=(r.get("credit") or {}).get("values")))
+        eps.append(
+            SimpleNamespace(
+                rows=rows,
+                reward=float(r.get("reward") or 0.0),
+                group=r.get("group", r.get("task")),
+                observations=r.get("observations") or [],
+                turns=n_turns,
+                tokens=tokens,
+                values=(r.get("credit") or {}).get("values"),
+            )
+        )
     out: dict[str, list] = {name: [None] * len(records) for name in algos}
     if not eps:
         return out
@@ -307,7 +358,7 @@ def credit_on_episodes(records: list[dict], algos: dict, cfg) -> dict[str, list[
         if name == "ppo" and all(e.values and [len(v) for v in e.values] == e.tokens for e in eps):
             batch.values = torch.zeros_like(batch.loss_mask)
             for b, (n, k) in enumerate(zip(batch.traj.tolist(), batch.turn.tolist())):
-                batch.values[b, 1:1 + eps[n].tokens[k]] = torch.tensor(eps[n].values[k])
+                batch.values[b, 1 : 1 + eps[n].tokens[k]] = torch.tensor(eps[n].values[k])
         algo.advantages(batch, cfg, None)
         adv = batch.advantages.float()
         for b, (n, k) in enumerate(zip(batch.traj.tolist(), batch.turn.tolist())):
@@ -326,18 +377,22 @@ def check_finite(model, step: int) -> None:
 
     bad = [n for n, p in model.named_parameters() if not torch.isfinite(p).all()]
     if bad:
-        raise RuntimeError(f"step {step}: non-finite weights ({len(bad)} tensors, first {bad[0]}); the run stops "
-                           f"and they are not saved (the last checkpoint is the last good one). Fix: "
-                           f"{ALARMS['non_finite'][1]}")
+        raise RuntimeError(
+            f"step {step}: non-finite weights ({len(bad)} tensors, first {bad[0]}); the run stops "
+            f"and they are not saved (the last checkpoint is the last good one). Fix: "
+            f"{ALARMS['non_finite'][1]}"
+        )
 
 
 def plot(ax, rows: list[dict]) -> None:
     """The signal shares per step on a matplotlib axis (train.plot_curves' "learning signals"
     panel), each alarm's steps marked along the bottom."""
-    for key, label in (("signals/flat_groups", "groups with all-equal rewards"),
-                       ("signals/identical_replies", "identical replies in a group"),
-                       ("signals/invalid_actions", "turns without a valid action"),
-                       ("signals/cut_replies", "replies cut at the token limit")):
+    for key, label in (
+        ("signals/flat_groups", "groups with all-equal rewards"),
+        ("signals/identical_replies", "identical replies in a group"),
+        ("signals/invalid_actions", "turns without a valid action"),
+        ("signals/cut_replies", "replies cut at the token limit"),
+    ):
         pts = [(r["step"], r[key]) for r in rows if key in r]
         if pts:
             ax.plot(*zip(*pts), label=label)
@@ -345,7 +400,15 @@ def plot(ax, rows: list[dict]) -> None:
         steps = [r["step"] for r in rows if r.get(f"alarm/{name}")]
         if steps:
             ax.scatter(steps, [-0.04 - 0.04 * k] * len(steps), marker="|", color="red", s=40)
-            ax.annotate(f"alarm: {name}", (steps[0], -0.04 - 0.04 * k), fontsize=6, color="red",
-                        xytext=(3, -2), textcoords="offset points")
-    ax.set_xlabel("step"); ax.set_ylim(-0.05 - 0.04 * len(ALARMS), 1); ax.legend(fontsize=7)
+            ax.annotate(
+                f"alarm: {name}",
+                (steps[0], -0.04 - 0.04 * k),
+                fontsize=6,
+                color="red",
+                xytext=(3, -2),
+                textcoords="offset points",
+            )
+    ax.set_xlabel("step")
+    ax.set_ylim(-0.05 - 0.04 * len(ALARMS), 1)
+    ax.legend(fontsize=7)
     ax.set_title("learning signals (share per step)", fontsize=9)

@@ -273,7 +273,7 @@ def test_training_run_with_saved_rollouts_has_curves_samples_and_before_after(br
     page.evaluate("location.hash = '#credit'")
     cells = page.locator("#credit-view td.credit").all_inner_texts()
     assert len(cells) == turns and all(c.startswith(("+", "-")) for c in cells)
-    page.evaluate("location.hash = '#episode-' + (document.querySelectorAll('#credit-view a')[0].textContent)")
+    page.evaluate("location.hash = '#episode-' + document.querySelectorAll('#credit-view a')[0].textContent")
     assert page.locator(".turn .credits").count() == page.locator(".turn").count() > 0
     assert page.errors == []
 
@@ -323,7 +323,8 @@ def test_alarms_are_banners_pointing_at_their_steps_and_credit_is_the_algorithms
     run = tmp_path / "run"
     trajs, batch = signals_run(run)
     out = view.main([str(run), "--credit", "grpo,gigpo,ppo", "--out", str(tmp_path / "r.html")])
-    data = json.loads(open(out).read().split('<script id="data" type="application/json">')[1].split("</script>")[0])
+    html = open(out).read()
+    data = json.loads(html.split('<script id="data" type="application/json">')[1].split("</script>")[0])
     assert [a["name"] for a in data["alarms"]] == ["non_finite", "no_signal"]  # in signals.ALARMS' order
     assert data["training"][0]["metrics"][2]["losses/loss"] is None  # NaN: JSON has none, the page still parses
     page = open_page(browser, out)
