@@ -166,6 +166,11 @@ ALARMS = {  # name -> (what went wrong, the fix to try)
 }
 
 
+ALIKE = 0.9
+"""A no-signal alarm blames sampling (not the tasks) when at least this share of replies are identical
+within groups (the default demo's healthy steps: at most 0.80, docs/signals.md)."""
+
+
 def _held(history: list[dict], key: str, test, n: int) -> bool:
     """The last step has `key`, and `test` holds on each of the last n steps that have it."""
     if not history or key not in history[-1]:
@@ -237,7 +242,7 @@ def describe(name: str, history: list[dict]) -> str:
             f"{_pct(get('signals/flat_groups'))} of groups flat ({_pct(failed)} all failed, "
             f"{_pct(succeeded)} all succeeded)"
         )
-        if get("signals/identical_replies", 0.0) >= 0.9:
+        if get("signals/identical_replies", 0.0) >= ALIKE:
             numbers += f", {_pct(get('signals/identical_replies'))} of replies identical within groups"
             fix = (
                 "the rollouts of a group are alike: sampling has no spread (--temperature 0 is greedy: "
