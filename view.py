@@ -31,7 +31,6 @@ file that is not valid JSON (a truncated last line after a crash, say) is report
 line number at the top of the report, and the other lines are still shown.
 """
 
-import argparse
 import glob
 import json
 import math
@@ -312,12 +311,18 @@ def write_report(paths: list[str], out: str) -> str:
 
 
 def main(argv=None) -> str:
-    p = argparse.ArgumentParser(description="Write an HTML report of saved episodes and training curves.")
+    from config import Parser  # one line for bad input, as train.py and eval.py answer it
+
+    p = Parser(description="Write an HTML report of saved episodes and training curves.")
     p.add_argument("inputs", nargs="+", help="eval output folders, training run folders or JSONL files")
     p.add_argument("--out", default="", help="the HTML file (default: report.html in the first input's folder)")
     p.add_argument("--credit", default="", help="algorithms whose per-turn credit to compute on the saved rollout "
                    "steps, side by side, e.g. grpo,gigpo,ppo (machinery/signals.py; default: only the run's own)")
     args = p.parse_args(argv)
+    for path in args.inputs:
+        if not os.path.exists(path):
+            p.error(f"{path}: no such file or folder (looked for {os.path.abspath(path)}); allowed: "
+                    "an eval.py or train.py output folder, or a .jsonl file of trajectories")
     first = args.inputs[0]
     out = args.out or os.path.join(first if os.path.isdir(first) else os.path.dirname(first) or ".", "report.html")
     data = report(args.inputs, credit_algos(args.credit) if args.credit else None)
