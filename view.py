@@ -240,7 +240,7 @@ def credit_algos(names: str) -> dict:
     wanted = [n.strip() for n in names.split(",") if n.strip()]
     unknown = [n for n in wanted if n not in ALGOS]
     if unknown:
-        raise SystemExit(f"--credit: unknown algorithm(s) {', '.join(unknown)}; choose from {', '.join(ALGOS)}")
+        raise ValueError(f"--credit: unknown algorithm(s) {', '.join(unknown)}; allowed: {', '.join(ALGOS)}")
     return {n: ALGOS[n] for n in wanted}
 
 
@@ -325,7 +325,11 @@ def main(argv=None) -> str:
                     "an eval.py or train.py output folder, or a .jsonl file of trajectories")
     first = args.inputs[0]
     out = args.out or os.path.join(first if os.path.isdir(first) else os.path.dirname(first) or ".", "report.html")
-    data = report(args.inputs, credit_algos(args.credit) if args.credit else None)
+    try:
+        credit = credit_algos(args.credit) if args.credit else None
+    except ValueError as e:
+        p.error(str(e))
+    data = report(args.inputs, credit)
     write_html(data, out)
     n = sum(len(s["episodes"]) for s in data["sets"])
     print(f"wrote {out}: {n} episodes in {len(data['sets'])} sets, "

@@ -360,8 +360,10 @@ def test_alarms_are_banners_pointing_at_their_steps_and_credit_is_the_algorithms
     assert page.errors == [] and page.requests == []
 
 
-def test_credit_rejects_an_unknown_algorithm(tmp_path):
+def test_credit_rejects_an_unknown_algorithm_in_one_line(tmp_path, capsys):
     run = tmp_path / "run"
     signals_run(run)
-    with pytest.raises(SystemExit, match="unknown algorithm"):
+    with pytest.raises(SystemExit) as e:
         view.main([str(run), "--credit", "grpo,nope"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "unknown algorithm(s) nope; allowed: grpo" in err and len(err.splitlines()) == 1
