@@ -190,27 +190,27 @@ class Config(AgentConfig):
     """LoRA scale alpha (the update is alpha / rank * B A); 0: 2 * rank"""
     stop_on_alarm: bool = False
     """stop the run (after logging the step) when an alarm fires (machinery/signals.py); default: warn and go on"""
-    alarm_patience: int = 3
+    alarm_patience: int = flag(3, at_least=1)
     """steps in a row a slow condition (no signal, echo, invalid actions) must hold before its alarm fires"""
-    alarm_flat_share: float = 0.9
+    alarm_flat_share: float = flag(0.9, at_least=0, at_most=1)
     """no-signal alarm: a step has no signal when at least this share of its groups have all-equal rewards"""
-    alarm_identical: float = 0.95
+    alarm_identical: float = flag(0.95, at_least=0, at_most=1)
     """echo alarm: share of a group's replies identical to another rollout's at the same turn"""
-    alarm_entropy_drop: float = 0.1
+    alarm_entropy_drop: float = flag(0.1, at_least=0, at_most=1)
     """echo alarm, entropy collapse: entropy below this fraction of its level over the first steps"""
-    alarm_kl: float = 0.5
+    alarm_kl: float = flag(0.5, at_least=0)
     """KL alarm: bound on the KL to the reference model (losses/kl)"""
-    alarm_kl_jump: float = 0.15
+    alarm_kl_jump: float = flag(0.15, at_least=0)
     """KL alarm: bound on the KL to the reference's rise from one step to the next (one update's blow-up)"""
-    alarm_approx_kl: float = 0.1
+    alarm_approx_kl: float = flag(0.1, at_least=0)
     """KL alarm: bound on one update's approx KL, old to new policy (losses/approx_kl)"""
-    alarm_invalid: float = 0.3
+    alarm_invalid: float = flag(0.3, at_least=0, at_most=1)
     """invalid-action alarm: share of turns without a valid action"""
-    alarm_invalid_rise: float = 0.2
+    alarm_invalid_rise: float = flag(0.2, at_least=0, at_most=1)
     """invalid-action alarm: also fires when that share rose this much above its level over the first steps"""
-    alarm_cut: float = 0.1
+    alarm_cut: float = flag(0.1, at_least=0, at_most=1)
     """cut alarm: share of replies cut at --max-new-tokens"""
-    alarm_env_errors: float = 0.05
+    alarm_env_errors: float = flag(0.05, at_least=0, at_most=1)
     """environment-error alarm: fires above this share of a step's episodes ending in an environment error"""
 
     def __post_init__(self):
