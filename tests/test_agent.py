@@ -180,5 +180,5 @@ def test_building_the_tiny_policy_leaves_the_callers_random_stream_as_it_was(tmp
     torch.manual_seed(11)
     expected = torch.rand(3)
     torch.manual_seed(11)
-    tiny.build_tiny_policy("babyai", str(tmp_path), warmup_steps=1, episodes=4)
+    tiny.build_tiny_policy("babyai", str(tmp_path), warmup_steps=1, episodes=20)
     assert torch.equal(torch.rand(3), expected)
