@@ -212,6 +212,9 @@ def write_trajectories(path: str, trajs, step: int | None = None) -> None:
                 rec["frames"] = t.frames
             if step is not None:
                 rec["step"] = step
+                rec["group"] = t.group  # the rollouts of one task in one step: GRPO's group
+            if getattr(t, "credit", None):  # a saved training step: per turn, the advantage it got
+                rec["credit"] = t.credit
             f.write(json.dumps(rec) + "\n")
 
 

@@ -11,6 +11,7 @@ The loop, one step at a time (paper, section 2):
     3. advantages from the outcome rewards                           (grpo.py / ppo.py / ...)
     4. `epochs` passes of clipped-ratio updates over minibatches     (the same file's loss)
     5. log to <out>/metrics.jsonl (and TensorBoard), checkpoint to <out>/checkpoint
+       (with the step's learning signals and alarms: machinery/signals.py, docs/signals.md)
 The default run also evaluates the policy on the held-out test split before and after training
 and writes both to <out>/summary.json (`eval_before`, `eval_after`, same keys as eval.py), their
 episodes to <out>/eval_before/ and <out>/eval_after/, and at the end <out>/report.html (view.py:
@@ -62,6 +63,7 @@ from config import AgentConfig, check_split, flag, load_agent, parse, resolve_de
 from envs import ENVS, EnvPool, EnvSpec, close_pool, open_pool, server_url
 from eval import evaluate, write_trajectories
 from scaling_inter import adaptive, staged
+from machinery import signals
 from machinery.timing import timed
 
 # Each algorithm is an `algorithm.Algorithm` (advantages, loss, optional state): see its file.
@@ -188,6 +190,30 @@ class Config(AgentConfig):
     """train rank-R LoRA adapters (machinery/lora.py) instead of all weights; the reference is the base with adapters off; 0: off"""
     lora_alpha: float = flag(0.0, at_least=0)
     """LoRA scale alpha (the update is alpha / rank * B A); 0: 2 * rank"""
+    stop_on_alarm: bool = False
+    """stop the run (after logging the step) when an alarm fires (machinery/signals.py); default: warn and go on"""
+    alarm_patience: int = flag(3, at_least=1)
+    """steps in a row a slow condition (no signal, echo, invalid actions) must hold before its alarm fires"""
+    alarm_flat_share: float = flag(0.9, at_least=0, at_most=1)
+    """no-signal alarm: a step has no signal when at least this share of its groups have all-equal rewards"""
+    alarm_identical: float = flag(0.95, at_least=0, at_most=1)
+    """echo alarm: share of a group's replies identical to another rollout's at the same turn"""
+    alarm_entropy_drop: float = flag(0.1, at_least=0, at_most=1)
+    """echo alarm, entropy collapse: entropy below this fraction of its level over the first steps"""
+    alarm_kl: float = flag(0.5, at_least=0)
+    """KL alarm: bound on the KL to the reference model (losses/kl)"""
+    alarm_kl_jump: float = flag(0.15, at_least=0)
+    """KL alarm: bound on the KL to the reference's rise from one step to the next (one update's blow-up)"""
+    alarm_approx_kl: float = flag(0.1, at_least=0)
+    """KL alarm: bound on one update's approx KL, old to new policy (losses/approx_kl)"""
+    alarm_invalid: float = flag(0.3, at_least=0, at_most=1)
+    """invalid-action alarm: share of turns without a valid action"""
+    alarm_invalid_rise: float = flag(0.2, at_least=0, at_most=1)
+    """invalid-action alarm: also fires when that share rose this much above its level over the first steps"""
+    alarm_cut: float = flag(0.1, at_least=0, at_most=1)
+    """cut alarm: share of replies cut at --max-new-tokens"""
+    alarm_env_errors: float = flag(0.05, at_least=0, at_most=1)
+    """environment-error alarm: fires above this share of a step's episodes ending in an environment error"""
 
     def __post_init__(self):
         super().__post_init__()
@@ -279,13 +305,16 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
                 gap = stats["charts/on_policy_gap"]
                 tqdm.write(f"first minibatch: |log ratio| mean {gap:.2e}, max {stats['charts/on_policy_gap_max']:.2e} "
                            f"({'on-policy' if gap <= ON_POLICY_TOL else 'NOT on-policy'} at tolerance {ON_POLICY_TOL:g})")
+            signals.check_finite(policy.model, step)  # NaN weights stop the run here, never saved
             # 5. log (with the periodic evaluation), checkpoint
             gen_tokens = int(dist.global_sum(int(batch.loss_mask.sum())))
             m = step_metrics(run, step, horizon, trajs, batch, {**stats, **extra}, gen_tokens, n_errors,
                              t0, t_roll, t_update)
+            m.update(signals.step_signals(dist.gather(signals.episode_facts(episodes)), batch))  # signals.py
             m.update(evaluation(run, "step", step))
-            log_step(run, m, episodes)
-            bar.set_postfix(h=horizon, succ=f"{m['charts/success']:.2f}", turns=f"{m['charts/turns']:.1f}")
+            fired = log_step(run, m, episodes, batch, trajs)
+            bar.set_postfix(h=horizon, succ=f"{m['charts/success']:.2f}", turns=f"{m['charts/turns']:.1f}",
+                            flat=f"{m['signals/flat_groups']:.2f}", alarms=len(fired))
             if step % cfg.save_every == 0 or step == cfg.steps:
                 with timed(tm, "checkpoint"):
                     save_checkpoint(cfg, accelerator, policy, forward, run.optimizer, step, run.ref_path,
@@ -293,6 +322,10 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
             if profile is not None:
                 profile.append({"step": step, "horizon": horizon, "episodes": len(trajs),
                                 "agent_tokens": gen_tokens, "total": time.time() - t0, **tm})
+            if fired and cfg.stop_on_alarm:  # an alarm stops the run only when asked to
+                if run.main:
+                    tqdm.write(f"stopping after step {step}: --stop-on-alarm ({', '.join(fired)})")
+                break
         evaluation(run, "after")
     finally:
         close_pool(run.pool)
@@ -585,18 +618,30 @@ def step_metrics(run: Run, step: int, horizon: int, trajs: list, batch: Batch, s
     }
 
 
-def log_step(run: Run, m: dict, episodes: list) -> None:
-    """Append the step's metrics to the history, metrics.jsonl and TensorBoard; every
-    --save-rollouts-every steps write its episodes to <out>/rollouts/step_N.jsonl."""
+def log_step(run: Run, m: dict, episodes: list, batch: Batch, trajs: list) -> list[str]:
+    """Append the step's metrics to the history, metrics.jsonl and TensorBoard, with the alarms
+    that hold at this step (machinery/signals.py: `alarm/<name>` = 1, and one console line the
+    first time each fires); every --save-rollouts-every steps write its episodes to
+    <out>/rollouts/step_N.jsonl, each turn of the batch's trajectories `trajs` (those of them
+    that are among `episodes`, the step's first rollouts) with the credit the update gave it.
+    Returns the alarms."""
     cfg, step = run.cfg, m["step"]
     run.history.append(m)
+    fired = signals.check(run.history, cfg)
+    m.update({f"alarm/{name}": 1.0 for name in fired})
+    for name in fired:
+        if run.main and not any(r.get(f"alarm/{name}") for r in run.history[:-1]):  # its first time
+            tqdm.write(signals.describe(name, run.history))
     if run.main:
         log_metrics(os.path.join(cfg.out, "metrics.jsonl"), run.writer, m)
     if cfg.save_rollouts_every and step % cfg.save_rollouts_every == 0:
+        for t, credit in zip(trajs, signals.turn_credit(batch, cfg.algo)):
+            t.credit = credit  # per turn: the advantage this update gave it (batch order is trajs')
         episodes = dist.gather(episodes)  # in task order
         if run.main:
             path = os.path.join(cfg.out, "rollouts", f"step_{step:06d}.jsonl")
             write_trajectories(path, episodes, step=step)
+    return fired
 
 
 def finish(run: Run) -> None:
@@ -623,11 +668,14 @@ def update(forward, batch, n_trajs: int, algo, cfg, state, accelerator, trained,
     """`cfg.epochs` passes over the rollout batch (`n_trajs` trajectories on this process), each in
     minibatches: clipped-ratio steps of every (model, optimizer) in `trained`. With N processes a
     minibatch is every process's share of it (each process cuts its batch into the same number of
-    parts) and DDP averages the gradients. Returns the mean of each minibatch's (global) stats."""
+    parts) and DDP averages the gradients. Returns the mean of each minibatch's (global) stats, and
+    `signals/nonfinite_skips`: the optimizer steps skipped because the loss or a gradient norm was
+    NaN or infinite (the weights are left as they were; machinery/signals.py raises the alarm)."""
     n_minibatches = max(1, math.ceil(dist.global_sum(n_trajs) / cfg.minibatch_size))  # the same on every process
     filler = batch.select(torch.arange(1)).trim()  # a weight-0 pass for a process with nothing in a minibatch
     stats: dict[str, list] = {}
     first = None  # the first minibatch's |log ratio| (mean, max): 0 up to rounding, or pi_old is not the policy's
+    skipped = 0  # optimizer steps skipped for a non-finite loss or gradient
     for _ in range(cfg.epochs):
         for part in torch.randperm(n_trajs).tensor_split(n_minibatches):
             rows = torch.isin(batch.traj, part).nonzero().squeeze(-1)
@@ -636,17 +684,21 @@ def update(forward, batch, n_trajs: int, algo, cfg, state, accelerator, trained,
             with timed(tm, "forward_backward"):
                 st = accumulate_gradients(forward, batch.select(rows), algo, cfg, state, accelerator, filler)
             with timed(tm, "optimizer"):
-                for model, opt in trained:  # the policy, then the algorithm's own model
-                    accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-                    opt.step()
+                # the policy, then the algorithm's own model; the norms are global (the same on every process)
+                norms = [float(accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)) for model, _ in trained]
+                if all(map(math.isfinite, norms + [st["losses/loss"]])):
+                    for _, opt in trained:
+                        opt.step()
+                else:  # a NaN/inf loss or gradient would poison the weights: skip (signals.py's alarm)
+                    skipped += 1
             top = st.pop("max_log_ratio")
             first = first or (st["losses/abs_log_ratio"], top)
             for k, v in st.items():
                 stats.setdefault(k, []).append(v)
     for _, opt in trained:  # free the gradients before the next rollout
         opt.zero_grad(set_to_none=True)
-    return {**{k: float(np.mean(v)) for k, v in stats.items()}, "charts/on_policy_gap": first[0],
-            "charts/on_policy_gap_max": first[1]}
+    return {**{k: float(np.mean(v)) for k, v in stats.items()}, "signals/nonfinite_skips": skipped,
+            "charts/on_policy_gap": first[0], "charts/on_policy_gap_max": first[1]}
 
 
 def accumulate_gradients(forward, mb, algo, cfg, state, accelerator, filler=None) -> dict:
@@ -764,7 +816,8 @@ def checkpoint_folder(path: str) -> str:
 
 
 def plot_curves(metrics_path: str, png: str):
-    """Success, turns and horizon per step, for people who would rather see than read."""
+    """Success (overall and per task category), turns and horizon, and the learning signals with
+    their alarms (machinery/signals.py) per step, for people who would rather see than read."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -777,20 +830,24 @@ def plot_curves(metrics_path: str, png: str):
         return
     steps = [r["step"] for r in rows]
     probed = [r for r in rows if "probe/share" in r]
-    fig, ax = plt.subplots(1, 3 if probed else 2, figsize=(15 if probed else 10, 3.5))
+    fig, ax = plt.subplots(1, 4 if probed else 3, figsize=(20 if probed else 15, 3.5))
     ax[0].plot(steps, [r["charts/success"] for r in rows], label="success (train rollouts)")
     ax[0].plot(steps, [r["charts/reward"] for r in rows], label="reward", alpha=0.6)
+    for cat in sorted({k for r in rows for k in r if k.startswith("success/")})[:8]:  # per task category
+        pts = [(r["step"], r[cat]) for r in rows if cat in r]
+        ax[0].plot(*zip(*pts), label=cat, linewidth=0.8, linestyle=":")
     ax[0].set_xlabel("step"); ax[0].legend(); ax[0].set_ylim(0, 1)
     ax[1].plot(steps, [r["charts/turns"] for r in rows], label="turns per episode")
     ax[1].plot(steps, [r["horizon"] for r in rows], label="horizon (max turns)", linestyle="--")
     ax[1].set_xlabel("step"); ax[1].legend()
+    signals.plot(ax[2], rows)  # machinery/signals.py: no-signal groups, echo, invalid, cut; the alarms
     if probed:  # benchmarks/binding_probe.py: mass on the mission's object vs the others, held-out GoToLocal
         ps = [r["step"] for r in probed]
-        ax[2].plot(ps, [r["probe/p_mission"] for r in probed], marker="o", label="p(mission's object)")
-        ax[2].plot(ps, [r["probe/p_other"] for r in probed], marker="o", label="p(other objects)")
-        ax[2].plot(ps, [r["probe/share"] for r in probed], marker="o", label="share on mission's object")
-        ax[2].plot(ps, [r["probe/chance"] for r in probed], linestyle="--", label="share by chance")
-        ax[2].set_xlabel("step"); ax[2].set_ylim(0, 1); ax[2].legend(fontsize=7)
+        ax[3].plot(ps, [r["probe/p_mission"] for r in probed], marker="o", label="p(mission's object)")
+        ax[3].plot(ps, [r["probe/p_other"] for r in probed], marker="o", label="p(other objects)")
+        ax[3].plot(ps, [r["probe/share"] for r in probed], marker="o", label="share on mission's object")
+        ax[3].plot(ps, [r["probe/chance"] for r in probed], linestyle="--", label="share by chance")
+        ax[3].set_xlabel("step"); ax[3].set_ylim(0, 1); ax[3].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(png, dpi=100)
     plt.close(fig)
