@@ -37,7 +37,7 @@ sys.path.insert(0, HERE)
 import torch  # noqa: E402
 
 FP32_TOL = 2e-4  # tests/test_agent.py's float32 parity
-BF16_TOL = 0.02  # mean |sampled - training forward| per agent token under bf16 (what recomputing pi_old removes)
+BF16_TOL = 0.02  # mean |sampled - training forward| per agent token under bf16 (recomputing pi_old removes it)
 MIN_SPEED = 0.5  # our rollout's tokens/s at least half of model.generate's on the same prompts
 TEMPERATURE = 0.7
 
@@ -55,7 +55,8 @@ def models(device: str):
     torch.manual_seed(0)
     cfg = Qwen2Config(vocab_size=len(tok), hidden_size=256, intermediate_size=1024, num_hidden_layers=4,
                       num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
-                      max_position_embeddings=32768, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+                      max_position_embeddings=32768, eos_token_id=tok.eos_token_id,
+                      pad_token_id=tok.pad_token_id)
     qwen = load_policy(resolve_model("smollm2"), "cpu")
     qwen.model = Qwen2ForCausalLM(cfg).to(device).eval()
     out = [("smollm2", smol, KNOWN["HuggingFaceTB/SmolLM2-135M-Instruct"]),
@@ -216,8 +217,9 @@ def fsdp(device: str) -> tuple[bool, str]:
     """tests/fsdp_bf16.py under `accelerate launch`: 1 process on the GPU, 2 gloo ones on a CPU."""
     out = tempfile.mkdtemp(prefix="gpu_check_fsdp_")
     n = 1 if device == "cuda" else 2
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(n), "--num_machines", "1",
-           "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29531"]
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(n),
+           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+           "--main_process_port", "29531"]
     cmd += ["--multi_gpu"] if n > 1 else []
     done = subprocess.run(cmd + [os.path.join("tests", "fsdp_bf16.py"), out], cwd=ROOT, capture_output=True,
                           text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -252,7 +254,8 @@ def main():
         add("precision", name, f"fp32 max |sampled - update| {g32:.1e}", f"< {FP32_TOL:g}", g32 < FP32_TOL)
         g16, m16, vdt = precision_gap(policy, device, True, min(n, 8), new)
         add("precision", name, f"bf16 |sampled - update| mean {m16:.1e} max {g16:.1e}, values "
-            + str(vdt).replace("torch.", ""), f"mean < {BF16_TOL:g}, bfloat16", m16 < BF16_TOL and vdt == torch.bfloat16)
+            + str(vdt).replace("torch.", ""), f"mean < {BF16_TOL:g}, bfloat16",
+            m16 < BF16_TOL and vdt == torch.bfloat16)
         from train import ON_POLICY_TOL
 
         top, mean = on_policy_gap(policy, device, min(n, 8), new)

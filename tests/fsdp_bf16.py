@@ -28,7 +28,8 @@ V = 120
 
 def small_model():
     torch.manual_seed(0)
-    return Qwen2ForCausalLM(Qwen2Config(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+    return Qwen2ForCausalLM(Qwen2Config(vocab_size=V, hidden_size=32, intermediate_size=64,
+                                        num_hidden_layers=2,
                                         num_attention_heads=4, num_key_value_heads=2))
 
 
@@ -74,7 +75,8 @@ def main(out: str):
         torch.cuda.set_device(dev)
     gathers = Gathers()
     model = small_model().to(dev)
-    bf16 = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16, buffer_dtype=torch.bfloat16)
+    bf16 = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16,
+                          buffer_dtype=torch.bfloat16)
     wrapped = FSDP(LogprobForward(model), use_orig_params=True, device_id=dev, mixed_precision=bf16,
                    auto_wrap_policy=functools.partial(transformer_auto_wrap_policy,
                                                       transformer_layer_cls={Qwen2DecoderLayer}))

@@ -40,7 +40,8 @@ def test_evaluation_generates_in_batches_of_generation_batch_size(tmp_path, batc
     """eval_before / eval_after of train.py and eval.py itself (before: always up to 256 at once)."""
     import eval as eval_module
 
-    train(Config(steps=1, tasks_per_step=1, group_size=2, eval_episodes=6, rounds="2", generation_batch_size=2,
+    train(Config(steps=1, tasks_per_step=1, group_size=2, eval_episodes=6, rounds="2",
+                 generation_batch_size=2,
                  out=str(tmp_path / "run")))
     assert batch_sizes and max(batch_sizes) == 2
     batch_sizes.clear()
@@ -82,7 +83,8 @@ def test_a_bf16_lora_run_resumes_with_its_base_in_bf16(fresh_accelerate, tmp_pat
     train(cfg)
     train(Config(**{**cfg.__dict__, "steps": 2, "resume": str(tmp_path / "run" / "checkpoint")}))
     assert len(dtypes) == 2
-    assert dtypes[0] == dtypes[1] == {("base", torch.bfloat16), ("adapter", torch.float32), ("head", torch.float32)}
+    want = {("base", torch.bfloat16), ("adapter", torch.float32), ("head", torch.float32)}
+    assert dtypes[0] == dtypes[1] == want
 
 
 def test_ref_device_cpu_with_lora_is_refused():

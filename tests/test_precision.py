@@ -16,7 +16,7 @@ from machinery.logprobs import agent_logprobs, disable_dropout, predicting_posit
 
 TEMPERATURE = 0.7
 FP32_TOL = 2e-4  # what tests/test_agent.py holds the float32 rollout to
-BF16_TOL = 0.1  # max per token, small models: bf16 keeps 8 bits of mantissa; cached decoding and the full forward round apart
+BF16_TOL = 0.1  # max per token, small models: 8 bits of mantissa; cached decoding and a full forward differ
 
 
 @pytest.fixture
@@ -85,7 +85,8 @@ def gap(policy, precision: torch.dtype | None) -> float:
     ctx = torch.autocast("cpu", dtype=precision) if precision else torch.autocast("cpu", enabled=False)
     with ctx:
         rows = two_turns(policy)
-        batch = make_batch([Trajectory(task=0, group=0, rows=[r]) for r in rows], policy.tokenizer.pad_token_id)
+        trajs = [Trajectory(task=0, group=0, rows=[r]) for r in rows]
+        batch = make_batch(trajs, policy.tokenizer.pad_token_id)
         with torch.no_grad():
             logp, _ = token_logprobs(policy.model, batch, TEMPERATURE)
     m = batch.loss_mask.bool()
@@ -105,7 +106,8 @@ def test_under_bf16_autocast_the_sampler_is_close_to_the_training_forward_but_no
     which is why train.py recomputes pi_old under --mixed-precision."""
     policy = MAKERS[make](tiny_path)
     seen = []
-    policy.model.get_decoder().layers[0].mlp.down_proj.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
+    down = policy.model.get_decoder().layers[0].mlp.down_proj
+    down.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
     g = gap(policy, torch.bfloat16)
     assert set(seen) == {torch.bfloat16}  # sampler and update both ran their matmuls in bf16
     assert FP32_TOL / 10 < g < BF16_TOL, g
@@ -115,8 +117,9 @@ def test_dropout_is_off_so_train_mode_scores_like_eval_mode():
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                         num_attention_heads=4, num_key_value_heads=2, attention_dropout=0.5))
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=50, hidden_size=32, intermediate_size=64,
+                                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                         attention_dropout=0.5))
     ids = torch.randint(0, 50, (2, 12))
     attn, mask = torch.ones_like(ids), torch.zeros(2, 12)
     mask[:, 6:] = 1
@@ -130,7 +133,8 @@ def test_dropout_is_off_so_train_mode_scores_like_eval_mode():
         torch.testing.assert_close(agent_logprobs(model, ids, attn, rows, cols)[0], ref)
 
 
-def test_a_bf16_run_recomputes_pi_old_and_its_first_minibatch_is_on_policy(fresh_accelerate, tmp_path, capsys):
+def test_a_bf16_run_recomputes_pi_old_and_its_first_minibatch_is_on_policy(fresh_accelerate, tmp_path,
+                                                                             capsys):
     """train.py --mixed-precision bf16: the sampled log-probs differ from the update's by bf16
     rounding (logged as charts/sampling_logprob_gap), pi_old is the training forward's, and before
     the first optimizer step every ratio is 1 (charts/on_policy_gap: mean |log ratio|, 0 here,
