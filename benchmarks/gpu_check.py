@@ -37,7 +37,7 @@ sys.path.insert(0, HERE)
 import torch  # noqa: E402
 
 FP32_TOL = 2e-4  # tests/test_agent.py's float32 parity
-BF16_TOL = 0.02  # mean |sampled - training forward| per agent token under bf16 (recomputing pi_old removes it)
+BF16_TOL = 0.02  # mean |sampled - training forward| per agent token, bf16 (recomputing pi_old removes it)
 MIN_SPEED = 0.5  # our rollout's tokens/s at least half of model.generate's on the same prompts
 TEMPERATURE = 0.7
 
