@@ -84,7 +84,7 @@ class Policy:
     is_tiny: bool = False  # the built-in CPU policy (train.py picks its learning rate by this)
     path: str = ""  # the folder or hub id it was loaded from (train.py's reference model)
     reuse_cache: bool = True  # whole-conversation mode: keep each episode's KV cache across turns
-    generation_dtype: str = ""  # "": generate with the policy itself; "bfloat16": with a merged copy (generation_model)
+    generation_dtype: str = ""  # "": generate with the policy; else a merged copy in it (generation_model)
 
     @property
     def device(self):
@@ -213,7 +213,8 @@ def generation_model(policy: Policy):
         from transformers import AutoModelForCausalLM
 
         dtype = getattr(torch, policy.generation_dtype)
-        copy = AutoModelForCausalLM.from_config(src.config, dtype=dtype).to(policy.device).eval().requires_grad_(False)
+        copy = AutoModelForCausalLM.from_config(src.config, dtype=dtype).to(policy.device)
+        copy.eval().requires_grad_(False)
         copy.generation_config = src.generation_config
         policy._generators[policy.generation_dtype] = copy
     into = dict([*copy.named_parameters(), *copy.named_buffers()])
@@ -222,9 +223,11 @@ def generation_model(policy: Policy):
             if ".lora_" not in name and name.replace(".base_layer.", ".") in into:
                 into[name.replace(".base_layer.", ".")].copy_(x)
         for name, module in src.named_modules():  # peft's LoRA layers: W0 + the active adapters' B A
-            if hasattr(module, "get_delta_weight") and hasattr(module, "base_layer") and not module.disable_adapters:
+            lora_layer = hasattr(module, "get_delta_weight") and hasattr(module, "base_layer")
+            if lora_layer and not module.disable_adapters:
                 deltas = [module.get_delta_weight(a) for a in module.active_adapters if a in module.lora_A]
-                into[name + ".weight"].copy_(module.base_layer.weight + sum(deltas))  # summed in fp32, rounded once
+                # summed in fp32, rounded once
+                into[name + ".weight"].copy_(module.base_layer.weight + sum(deltas))
     return copy
 
 

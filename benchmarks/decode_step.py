@@ -45,7 +45,7 @@ class DecodeConfig(AgentConfig):
     repeats: int = 3
     """interleaved repeats of each way"""
     ways: str = "plain,fast,bf16"
-    """comma-separated: plain (DynamicCache as is), fast (cache reserved), bf16 (fast, bf16 generation copy)"""
+    """comma-separated: plain (DynamicCache as is), fast (cache reserved), bf16 (fast, on a bf16 copy)"""
     profile: int = 0
     """1: also print torch.profiler's top operators of the last way"""
 

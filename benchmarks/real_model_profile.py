@@ -1,6 +1,6 @@
 """Where a real model's RL step goes on a CPU (issue 29): SmolLM2-135M, LoRA, the whole conversation.
 
-    python benchmarks/real_model_profile.py                  # the issue's step: 4 tasks x 4, 4 turns, 48 tokens
+    python benchmarks/real_model_profile.py                  # the issue's step: 4 x 4, 4 turns, 48 tokens
     python benchmarks/real_model_profile.py --steps 1 --tasks-per-step 2 --rounds 2   # a quick look
     python benchmarks/real_model_profile.py --threads 2      # every train.py flag works here
 
@@ -69,7 +69,8 @@ def main(cfg: RealModelConfig):
     print("\nper step, as train.py logged it")
     for r in rows:
         print(f"  step {r['step']}: {r['charts/seconds_per_step']:.1f} s, generation "
-              f"{r['charts/tokens_per_s']:.1f} tokens/s, update {r['perf/update_tokens_per_s']:.1f} tokens/s, "
+              f"{r['charts/tokens_per_s']:.1f} tokens/s, "
+              f"update {r['perf/update_tokens_per_s']:.1f} tokens/s, "
               f"peak {r['perf/peak_memory_gb']:.2f} GB")
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 

@@ -2,7 +2,8 @@
 seconds per step, and the peak memory, measured in one run.
 
     git worktree add /tmp/base <commit before>
-    python benchmarks/side_by_side.py --arms "before=/tmp/base;after=.;after+bf16=.:--generation-dtype bfloat16 \
+    python benchmarks/side_by_side.py \
+        --arms "before=/tmp/base;after=.;after+bf16=.:--generation-dtype bfloat16 \
         --mixed-precision bf16" --rounds 1 -- --model smollm2 --steps 1 ...   # train.py's flags after --
 
 Each arm is NAME=CHECKOUT[:EXTRA FLAGS]; each round runs every arm once, in order, with the same
@@ -50,12 +51,14 @@ def main():
             load0 = os.getloadavg()[0]
             os.makedirs(a.logs, exist_ok=True)
             with tempfile.TemporaryDirectory() as out:
-                rows = run(checkout, a.script, flags + extra, out, os.path.abspath(f"{a.logs}/{name}_{r}.txt"))
+                log = os.path.abspath(f"{a.logs}/{name}_{r}.txt")
+                rows = run(checkout, a.script, flags + extra, out, log)
             for m in rows:
                 secs[name].append(m["charts/seconds_per_step"])
                 print(f"round {r} {name:12s} step {m['step']}: {m['charts/seconds_per_step']:7.1f} s/step, "
                       f"generation {m['charts/tokens_per_s']:6.1f} tokens/s, update "
-                      f"{m['perf/update_tokens_per_s']:6.1f} tokens/s, peak {m['perf/peak_memory_gb']:.2f} GB, "
+                      f"{m['perf/update_tokens_per_s']:6.1f} tokens/s, "
+                      f"peak {m['perf/peak_memory_gb']:.2f} GB, "
                       f"load {load0:.2f} -> {os.getloadavg()[0]:.2f}", flush=True)
     base = statistics.median(secs[arms[0][0]])
     print()

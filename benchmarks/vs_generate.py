@@ -85,7 +85,8 @@ def hf_replay(policy, per_turn) -> tuple[float, int, int]:
             ids[i, T - len(c):], attn[i, T - len(c):] = torch.tensor(c), 1
         t0 = time.perf_counter()
         model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=L, min_new_tokens=L, do_sample=True,
-                       temperature=policy.temperature or 1.0, top_k=0, top_p=1.0, pad_token_id=tok.pad_token_id)
+                       temperature=policy.temperature or 1.0, top_k=0, top_p=1.0,
+                       pad_token_id=tok.pad_token_id)
         seconds += time.perf_counter() - t0
         positions, steps = positions + ids.numel(), steps + L
     return seconds, positions, steps
@@ -118,7 +119,8 @@ def main(cfg: VsConfig):
         close_pool(pool)
     a, b = statistics.median(ours), statistics.median(theirs)
     print(f"\n{cfg.model}, {len(tasks)} episodes x {cfg.max_turns} turns, {cfg.max_new_tokens} new tokens, "
-          f"threads {torch.get_num_threads()}: rollout's model work {a:.1f} s, transformers' generate {b:.1f} s, "
+          f"threads {torch.get_num_threads()}: rollout's model work {a:.1f} s, "
+          f"transformers' generate {b:.1f} s, "
           f"{b / a:.2f}x")
 
 

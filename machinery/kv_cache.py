@@ -110,7 +110,8 @@ class ReservedLayer(DynamicLayer):
 
 def reserve(cache, extra: int) -> None:
     """Give every full-width layer of `cache` room for `extra` more columns (see ReservedLayer)."""
-    cache.layers = [ReservedLayer(layer, extra) if type(layer) is DynamicLayer and layer.is_initialized else layer
+    cache.layers = [ReservedLayer(layer, extra) if type(layer) is DynamicLayer and layer.is_initialized
+                    else layer
                     for layer in cache.layers]
 
 

@@ -13,8 +13,8 @@ from machinery.kv_cache import ReservedLayer, prefill
 
 def lora_policy(dtype: str) -> Policy:
     torch.manual_seed(0)
-    base = Qwen2ForCausalLM(Qwen2Config(vocab_size=200, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                        num_attention_heads=4, num_key_value_heads=2))
+    base = Qwen2ForCausalLM(Qwen2Config(vocab_size=200, hidden_size=32, intermediate_size=64,
+                                        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2))
     model = lora.add_adapters(base, rank=4)
     with torch.no_grad():  # adapters away from B = 0, as after some training
         for name, p in model.named_parameters():
@@ -70,7 +70,8 @@ def test_decoding_into_a_reserved_cache_equals_decoding_by_concatenation():
             step = Decoder(policy.model, state, 5, preallocate=preallocate)
             assert isinstance(state.cache.layers[0], ReservedLayer) == preallocate
             nxt, got = first.argmax(-1), [first]
-            for live in ([1, 1, 1], [1, 0, 1], [1, 0, 1], [0, 0, 1], [0, 0, 1], [0, 0, 1]):  # one past the room
+            # six steps: one past the room reserved for five
+            for live in ([1, 1, 1], [1, 0, 1], [1, 0, 1], [0, 0, 1], [0, 0, 1], [0, 0, 1]):
                 got.append(step(nxt, live))
                 nxt = got[-1].argmax(-1)
             step.close()
