@@ -3,6 +3,7 @@ environment, refuses bad input as every endpoint does, and its episodes (eval.py
 demonstrations in eval.py's trajectory format, whose replies parse back to the actions sent."""
 
 import os
+import shutil
 
 import pytest
 import requests
@@ -93,6 +94,88 @@ def test_textcraft_expert_finishes_from_a_state_the_agent_left(textcraft):
     advice = requests.post(textcraft + "/expert", json={"id": iid}).json()
     assert advice["action"] == "craft 4 stick using 2 oak planks"
     assert requests.post(textcraft + "/step", json={"id": iid, "action": advice["action"]}).json()["done"]
+
+
+@pytest.fixture(scope="module")
+def searchqa(start_server, tmp_path_factory):
+    """The generated encyclopedia, cached in a temp folder (EnvServer passes only --port)."""
+    old = os.environ.get("SEARCHQA_CACHE")
+    os.environ["SEARCHQA_CACHE"] = str(tmp_path_factory.mktemp("cache"))
+    try:
+        return start_server("servers.searchqa").url
+    finally:
+        os.environ.pop("SEARCHQA_CACHE") if old is None else os.environ.__setitem__("SEARCHQA_CACHE", old)
+
+
+def test_searchqa_expert_searches_each_hop_then_answers(searchqa):
+    """Test question 2402 has 3 hops: three searches, each finding its hop's passage, then the answer."""
+    from servers.searchqa_data import generate
+
+    q = generate(0)[1][2402]
+    answer, actions = play(searchqa, ENVS["searchqa"], 2402, max_turns=10)
+    assert actions == [f"<search>{h}</search>" for h in q["path"]] + [f"<answer>{q['golden_answers'][0]}</answer>"]
+    assert answer["done"] and answer["reward"] == 1.0
+
+
+@pytest.fixture(scope="module")
+def sciworld(start_server):
+    return start_server("servers.sciworld").url
+
+
+def test_sciworld_expert_follows_the_gold_path_to_score_100(sciworld):
+    """data_idx 525: a test variation of use-thermometer (a 14-action gold path)."""
+    answer, actions = play(sciworld, ENVS["sciworld"], 525, max_turns=40)
+    assert answer["done"] and answer["score"] == 100, actions
+
+
+def test_sciworld_expert_says_when_the_agent_left_the_gold_path(sciworld):
+    iid = requests.post(sciworld + "/create", json={}).json()["id"]
+    requests.post(sciworld + "/reset", json={"id": iid, "data_idx": 525})
+    first = requests.post(sciworld + "/expert", json={"id": iid}).json()
+    assert first["on_path"] is True
+    requests.post(sciworld + "/step", json={"id": iid, "action": "look around"})  # an observation: still on it
+    assert requests.post(sciworld + "/expert", json={"id": iid}).json() == first
+    requests.post(sciworld + "/step", json={"id": iid, "action": first["action"]})
+    second = requests.post(sciworld + "/expert", json={"id": iid}).json()
+    assert second["on_path"] is True and second["action"] != first["action"]
+    requests.post(sciworld + "/step", json={"id": iid, "action": "wait1"})  # changes the world: off the path
+    assert requests.post(sciworld + "/expert", json={"id": iid}).json()["on_path"] is False
+    requests.post(sciworld + "/close", json={"id": iid})
+
+
+needs_chromium = pytest.mark.skipif(not (shutil.which("chromium") or os.environ.get("WEBARENA_CHROMIUM")),
+                                    reason="needs Chromium (apt-get install -y chromium)")
+
+
+@pytest.fixture(scope="module")
+def webarena(start_server):
+    return start_server("servers.webarena").url
+
+
+@needs_chromium
+@pytest.mark.parametrize("task", [4, 16, 34])  # string match, a form (program_html), a vote (program_html)
+def test_webarena_expert_reference_solution_passes_the_tasks_evaluator(webarena, task):
+    answer, actions = play(webarena, ENVS["webarena"], task, max_turns=15)
+    assert answer["done"] and answer["reward"] == 1.0, actions
+
+
+@needs_chromium
+def test_webarena_expert_starts_again_after_the_agent_left_its_path(webarena):
+    iid = requests.post(webarena + "/create", json={}).json()["id"]
+    obs = requests.post(webarena + "/reset", json={"env_idx": iid, "idx": 4})
+    assert obs.status_code == 200
+    advice = requests.post(webarena + "/expert", json={"env_idx": iid}).json()
+    assert advice["on_path"] and advice["action"].startswith("```click [")
+    requests.post(webarena + "/step", json={"env_idx": iid, "action": "```scroll [down]```"})
+    back = requests.post(webarena + "/expert", json={"env_idx": iid}).json()
+    assert not back["on_path"] and back["action"].startswith("```goto [http")
+    for _ in range(10):
+        r = requests.post(webarena + "/step", json={"env_idx": iid, "action": back["action"]}).json()
+        if r["done"]:
+            break
+        back = requests.post(webarena + "/expert", json={"env_idx": iid}).json()
+    assert r["done"] and r["reward"] == 1.0
+    requests.post(webarena + "/close", json={"env_idx": iid})
 
 
 # ---------------------------------------------------------------------------------------------
