@@ -18,6 +18,16 @@ Pictures, for people (off by default, so training pays nothing): an instance cre
 agent's field of view highlighted) as a PNG data URL, to every /reset and /step answer;
 `GET /render?id=N` returns `{"frame": ...}` for any instance. `view.py` shows them per turn.
 
+The expert (`POST /expert`, servers/common.py; the trainer's, never the agent's): minigrid's own
+BabyAIBot, which solves every level from the full state, runs on a shadow copy of the episode (the
+same level and seed, replayed through every primitive step the agent took, the bot told each one,
+as in its advising mode for DAgger). Its plan of primitive moves from here is simulated to the end;
+the answer is the available action that gets furthest along it: one that completes the mission,
+else one that reaches a state of the plan (same position, heading, load and grid), or makes the
+same change to the world (a pickup, a door opened, a drop) as the plan does next; else the
+primitive the bot would take now. Off the bot's path the bot replans from where the agent is
+(docs/experts.md).
+
 Level generation is bounded. minigrid places the agent by rejection sampling in `while True`
 loops; for some seeds no placement is ever accepted (data_idx 304514, SynthS5R2 seed 7612, spun
 forever). Here one generation attempt may place at most MAX_PLACEMENTS objects (30 is the most any
@@ -27,6 +37,7 @@ the seed's random stream; after MAX_ATTEMPTS attempts or GEN_SECONDS the reset i
 """
 
 import base64
+import copy
 import re
 import struct
 import time
@@ -35,6 +46,7 @@ from collections import deque
 
 import gymnasium as gym
 import minigrid  # noqa: F401  (importing registers the BabyAI-* levels with gymnasium)
+from minigrid.utils.baby_ai_bot import BabyAIBot
 
 from servers.common import EnvError, build_app, serve
 
@@ -133,6 +145,11 @@ class BabyAIText:
         self.actions: dict[str, list[int]] = {}  # available action -> its primitive steps
         self.last = ""
         self.score, self.done = 0.0, False
+        self.task: tuple[str, int] | None = None  # (level, seed) of the episode
+        self.history: list[int] = []  # the primitive steps taken this episode (for the expert)
+        self.shadow_levels: dict[str, gym.Env] = {}  # the expert's own copies of the levels
+        self.shadow = None  # [env, bot, steps replayed, the bot's suggestion]
+        self.plan = None  # (len(history) when planned, primitives, state signatures)
 
     # --- the protocol ---------------------------------------------------------------------
 
@@ -151,6 +168,7 @@ class BabyAIText:
             raise EnvError(f"minigrid could not generate level {level} with seed {seed} (data_idx "
                            f"{data_idx}): {e}; use another data_idx") from None
         self.score, self.done = 0.0, False
+        self.task, self.history, self.shadow, self.plan = (level, seed), [], None, None
         self.last = self.describe()
         return self.answer(0.0, category=level, seed=seed)
 
@@ -164,6 +182,7 @@ class BabyAIText:
         reward = 0.0
         for primitive in self.actions[act]:
             self.obs, r, terminated, truncated, _ = self.env.step(primitive)
+            self.history.append(primitive)
             reward += float(r)
             if terminated or truncated:
                 self.done = True
@@ -184,9 +203,10 @@ class BabyAIText:
         return png_data_url(self.env.unwrapped.get_frame(highlight=True, tile_size=TILE))
 
     def close(self) -> None:
-        for env in self.levels.values():
+        for env in [*self.levels.values(), *self.shadow_levels.values()]:
             env.close()
         self.levels.clear()
+        self.shadow_levels.clear()
 
     def answer(self, reward: float, note: str = "", **extra) -> dict:
         obs = f"{note}\n{self.last}" if note else self.last
@@ -297,6 +317,126 @@ class BabyAIText:
                     parents[nxt] = (state, act)
                     queue.append(nxt)
         return None
+
+
+    # --- the expert (POST /expert: the trainer's, never the agent's) ----------------------
+
+    def expert(self) -> dict:
+        """{"action", "thought"}: the available action that gets furthest along BabyAIBot's plan."""
+        u = self.env.unwrapped
+        acts, sigs = self.bot_plan()
+        done_at = len(self.history) - self.plan[0]  # primitives of the plan already taken
+        best, best_rank = None, (-1, 0)
+        for name, prims in self.actions.items():
+            if not prims:
+                continue
+            sim, reward = copy.deepcopy(u), 0.0
+            for p in prims:
+                _, r, terminated, truncated, _ = sim.step(p)
+                reward += float(r)
+                if terminated or truncated:
+                    break
+            if terminated or truncated:
+                if reward <= 0:
+                    continue  # ends the episode without success
+                rank = len(sigs)  # completes the mission: nothing beats it
+            else:
+                rank = progress(signature(sim), sigs, done_at)
+            if (rank, -len(prims)) > best_rank:
+                best, best_rank = name, (rank, -len(prims))
+        if best is None or best_rank[0] <= done_at:  # nothing high-level helps: the bot's own move
+            want = acts[done_at] if done_at < len(acts) else LEFT
+            best = next((a for a, prims in self.actions.items() if prims == [want]), "turn left")
+        return {"action": best, "thought": self.thought(best)}
+
+    def bot_plan(self) -> tuple[list[int], list[tuple]]:
+        """BabyAIBot's primitive moves from the current state to the end of the episode, and the
+        state signature before each move and after the last (the plan is kept while the agent
+        follows it)."""
+        if self.plan is not None:
+            start, acts, sigs = self.plan
+            taken = self.history[start:]
+            if taken == acts[:len(taken)]:
+                return acts, sigs
+        env, bot = self.shadow_state()
+        sim_bot = copy.deepcopy(bot)  # its `mission` (the shadow env) is copied with it
+        sim, acts, sigs = sim_bot.mission, [], [signature(sim_bot.mission)]
+        action = self.shadow[3]
+        try:
+            for _ in range(max(0, sim.max_steps - sim.step_count)):
+                if action == sim.actions.done:
+                    break
+                _, _, terminated, truncated, _ = sim.step(action)
+                acts.append(int(action))
+                sigs.append(signature(sim))
+                if terminated or truncated:
+                    break
+                action = sim_bot.replan(action)
+        except Exception:  # the bot gave up (an opened box, an assertion): follow what it planned so far
+            pass
+        self.plan = (len(self.history), acts, sigs)
+        return acts, sigs
+
+    def shadow_state(self):
+        """The expert's copy of this episode (same level and seed) and its BabyAIBot, brought up to
+        the agent's current step by replaying the primitives taken since the last call."""
+        level, seed = self.task
+        if self.shadow is None:
+            if level not in self.shadow_levels:
+                self.shadow_levels[level] = bound_generation(gym.make(level))
+            env = self.shadow_levels[level]
+            env.unwrapped._gen.update(attempts=0, start=time.monotonic())
+            env.reset(seed=seed)
+            bot = BabyAIBot(env.unwrapped)
+            self.shadow = [env, bot, 0, self.safe_replan(bot, None)]
+        env, bot, n, _ = self.shadow
+        for p in self.history[n:]:
+            env.unwrapped.step(p)
+            self.shadow[3] = self.safe_replan(bot, p)  # advising mode: the bot is told what was done
+        self.shadow[2] = len(self.history)
+        return env, bot
+
+    @staticmethod
+    def safe_replan(bot, taken):
+        try:
+            return bot.replan(taken)
+        except Exception:  # the bot cannot help from here (e.g. a box was opened)
+            return LEFT
+
+    def thought(self, action: str) -> str:
+        goal = f"My goal is to {self.obs['mission']}."
+        words = action.split()
+        obj = " ".join(words[-3:-1]) if words and words[-1].isdigit() else ""
+        reasons = {"go to": f"The {obj} is where I need to be next, so I go to it.",
+                   "pickup": f"I need the {obj}, so I pick it up.",
+                   "go through": f"My way leads through the {obj}, so I go through it.",
+                   "toggle and": f"My way leads through the {obj}, so I open it and go through.",
+                   "turn left": "What I need is not ahead of me, so I turn left.",
+                   "turn right": "What I need is not ahead of me, so I turn right.",
+                   "move forward": "I move forward to get closer to what I need.",
+                   "drop": "I drop what I carry here.", "toggle": "I toggle what is in front of me."}
+        reason = next((r for k, r in reasons.items() if action.startswith(k)), "")
+        return f"{goal} {reason}".strip()
+
+
+def signature(u) -> tuple:
+    """A state of a minigrid env: position, heading, what it carries, and the whole grid."""
+    carrying = (u.carrying.type, u.carrying.color) if u.carrying else None
+    return int(u.agent_pos[0]), int(u.agent_pos[1]), int(u.agent_dir), carrying, u.grid.encode().tobytes()
+
+
+def progress(sig: tuple, sigs: list[tuple], k0: int) -> int:
+    """How far along a plan (its states `sigs`, now at index k0) a state `sig` is: the last plan
+    index with the same state, or the first index of the plan's next world changes that `sig` has
+    made too (the same load and grid, reached from any cell); k0 if neither."""
+    world = sig[3:]
+    best = k0
+    for k in range(k0 + 1, len(sigs)):
+        if sigs[k] == sig:
+            best = k
+        elif sigs[k][3:] == world and sigs[k - 1][3:] != world and world != sigs[k0][3:]:
+            best = max(best, k)
+    return best
 
 
 app = build_app("BabyAI", BabyAIText, create_keys=("render",), inline_calls=True)  # (pure Python steps)
