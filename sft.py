@@ -44,6 +44,7 @@ import json
 import math
 import os
 import random
+import shutil
 import time
 from dataclasses import dataclass
 
@@ -61,7 +62,7 @@ from machinery import dist, lora
 from machinery.logprobs import LogprobForward
 
 SFT_LR = 1e-5
-"""A real model's learning rate (AgentGym's bc_trainer uses 1e-5 for its 7B models); the tiny policy's is tiny.LR."""
+"""A real model's learning rate (AgentGym's bc_trainer: 1e-5 for its 7B models); the tiny policy's is tiny.LR."""
 
 
 @dataclass
@@ -132,7 +133,8 @@ def from_episode(rec: dict) -> Demo:
 def from_agenttraj(item: dict, parse_action) -> Demo:
     """An AgentGym AgentTraj item as it is: every "human" turn an observation, every "gpt" turn a
     reply (AgentGym's first pair, its instruction and the expert's "OK", included)."""
-    turns = _pairs([(m["from"], m["value"]) for m in item["conversations"]], "human", "gpt", item.get("item_id"))
+    msgs = [(m["from"], m["value"]) for m in item["conversations"]]
+    turns = _pairs(msgs, "human", "gpt", item.get("item_id"))
     return Demo(name=str(item.get("item_id", "")), turns=turns, actions=[parse_action(r) for _, r in turns])
 
 
@@ -265,7 +267,8 @@ def sft(cfg: Config) -> dict:
     """Train on the demonstrations; returns the summary (also <out>/summary.json)."""
     from accelerate import Accelerator
 
-    from train import accumulate_gradients, seed_everything  # the RL update's own machinery
+    # the RL update's own machinery (imported here: train.py imports the whole loop)
+    from train import accumulate_gradients, seed_everything
 
     random.seed(cfg.seed)
     seed_everything(cfg.seed)
@@ -275,7 +278,7 @@ def sft(cfg: Config) -> dict:
     accelerator = Accelerator(mixed_precision=cfg.mixed_precision, cpu=device == "cpu")
     main = accelerator.is_main_process
     if cfg.batch_size < dist.world():
-        raise ValueError(f"--batch-size {cfg.batch_size} < {dist.world()} processes: some would have no demonstration")
+        raise ValueError(f"--batch-size {cfg.batch_size} < {dist.world()} processes: some would have nothing")
     policy = load_agent(cfg, accelerator.device, trainable=True)
     if cfg.lora_rank and not lora.has_adapters(policy.model):
         policy.model = lora.add_adapters(policy.model, cfg.lora_rank, cfg.lora_alpha)
@@ -298,7 +301,8 @@ def sft(cfg: Config) -> dict:
     per_epoch = math.ceil(len(items) / cfg.batch_size)
     tokens = sum(sum(r.mask) for t in items for r in t.rows)
     t0, step = time.time(), 0
-    bar = tqdm(total=cfg.epochs * per_epoch, desc=f"sft on {len(items)} {cfg.env} demonstrations", disable=not main)
+    bar = tqdm(total=cfg.epochs * per_epoch, desc=f"sft on {len(items)} {cfg.env} demonstrations",
+               disable=not main)
     for epoch in range(cfg.epochs):
         order = torch.randperm(len(items)).tolist()
         for s in range(0, len(items), cfg.batch_size):
@@ -311,7 +315,8 @@ def sft(cfg: Config) -> dict:
             grad_norm = accelerator.clip_grad_norm_(policy.model.parameters(), cfg.max_grad_norm)
             optimizer.step()
             m = {"step": step, "epoch": step / per_epoch, "losses/loss": st["losses/loss"],
-                 "losses/entropy": st.get("losses/entropy", float("nan")), "losses/grad_norm": float(grad_norm),
+                 "losses/entropy": st.get("losses/entropy", float("nan")),
+                 "losses/grad_norm": float(grad_norm),
                  "charts/seconds": time.time() - t0}
             if main:
                 with open(metrics_path, "a") as f:
@@ -328,7 +333,8 @@ def sft(cfg: Config) -> dict:
         with open(os.path.join(cfg.out, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2)
         plot_loss(metrics_path, os.path.join(cfg.out, "loss.png"))
-        print(f"sft: {len(items)} demonstrations, {tokens} agent tokens, {step} steps in {summary['seconds']:.0f} s, "
+        print(f"sft: {len(items)} demonstrations, {tokens} agent tokens, {step} steps in "
+              f"{summary['seconds']:.0f} s, "
               f"loss {summary['final_loss']:.4f} -> {os.path.join(cfg.out, 'checkpoint')}")
     dist.barrier()
     return summary
@@ -342,12 +348,12 @@ def save(policy: Policy, folder: str, merge_lora: bool, summary: dict) -> None:
     if lora.has_adapters(model) and merge_lora:
         model = model.merge_and_unload()
     tmp = folder + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)  # a half-written one from a killed run
     model.save_pretrained(tmp)
     policy.tokenizer.save_pretrained(tmp)
     with open(os.path.join(tmp, "sft.json"), "w") as f:
         json.dump(summary, f, indent=2)
     if os.path.isdir(folder):
-        import shutil
         shutil.rmtree(folder)
     os.replace(tmp, folder)
     if model is not policy.model:  # merging changed the weights in place; keep the policy as it was saved
@@ -360,9 +366,10 @@ def plot_loss(metrics_path: str, png: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [json.loads(line) for line in open(metrics_path)]
+    rows = read_records(metrics_path)
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    ax.plot([r["step"] for r in rows], [r["losses/loss"] for r in rows], label="SFT loss (NLL per agent token)")
+    ax.plot([r["step"] for r in rows], [r["losses/loss"] for r in rows],
+            label="SFT loss (NLL per agent token)")
     ax.set_xlabel("step"); ax.set_yscale("log"); ax.legend(); ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(png, dpi=100)
@@ -400,9 +407,9 @@ def main(argv=None):
     if cfg.valid:
         records = [r for p in cfg.valid.split(",") for r in read_records(p)]
         ok, n = valid_replies(records, cfg.env)
+        success = float(np.mean([bool(r["success"]) for r in records])) if records else 0.0
         print(json.dumps({"env": cfg.env, "valid_replies": ok, "replies": n, "valid_share": ok / max(n, 1),
-                          "episodes": len(records), "success": float(np.mean([bool(r["success"]) for r in records]))
-                          if records else 0.0}))
+                          "episodes": len(records), "success": success}))
         return ok / max(n, 1)
     return sft(cfg)
 

@@ -173,8 +173,8 @@ def test_the_sft_loss_is_the_token_mean_nll_of_the_replies(tiny_path, episodes, 
 
 
 def small(tmp_path, data, **kw) -> sft.Config:
-    base = dict(model="", env="babyai", data=str(data), out=str(tmp_path / "sft"), mask_actions=False,
-                context_turns=0, max_new_tokens=32, epochs=1, batch_size=4)
+    base = {"model": "", "env": "babyai", "data": str(data), "out": str(tmp_path / "sft"), "epochs": 1,
+            "mask_actions": False, "context_turns": 0, "max_new_tokens": 32, "batch_size": 4}
     base.update(kw)
     return sft.Config(**base)
 
@@ -196,10 +196,11 @@ def cloned(tiny_path, one_demo, tmp_path_factory):
     return sft.sft(cfg), out / "sft"
 
 
-def test_sft_on_one_demonstration_drives_its_loss_near_zero_and_greedy_decoding_replays_it(cloned, one_demo, pool):
+def test_sft_on_one_demonstration_drives_its_loss_near_zero_and_greedy_decoding_replays_it(cloned, one_demo,
+                                                                                           pool):
     summary, out = cloned
     _, demo = one_demo
-    rows = [json.loads(line) for line in open(out / "metrics.jsonl")]
+    rows = sft.read_records(str(out / "metrics.jsonl"))
     assert rows[0]["losses/loss"] > 1.0 and summary["final_loss"] < 0.05
     assert len(rows) == summary["steps"] == 15 * 4
     assert os.path.getsize(out / "loss.png") > 0
@@ -218,7 +219,7 @@ def test_an_sft_checkpoint_loads_in_train_and_eval(cloned, tmp_path):
     _, out = cloned
     ckpt = str(out / "checkpoint")
     assert not os.path.exists(os.path.join(ckpt, "state.pt"))  # a starting point, not a run to resume
-    flags = dict(mask_actions=False, context_turns=0, max_new_tokens=16)
+    flags = {"mask_actions": False, "context_turns": 0, "max_new_tokens": 16}
     run = Config(model=ckpt, steps=1, tasks_per_step=2, group_size=2, minibatch_size=4, eval_episodes=2,
                  rounds="2", out=str(tmp_path / "rl"), save_every=1, **flags)
     summary = train(run)
@@ -226,7 +227,7 @@ def test_an_sft_checkpoint_loads_in_train_and_eval(cloned, tmp_path):
     state = torch.load(tmp_path / "rl" / "checkpoint" / "state.pt", weights_only=False)
     assert state["ref_path"] == ckpt  # the KL reference is the SFT model
     resumed = train(Config(**{**run.__dict__, "steps": 2, "resume": str(tmp_path / "rl" / "checkpoint")}))
-    assert [json.loads(x)["step"] for x in open(tmp_path / "rl" / "metrics.jsonl")] == [1, 2]
+    assert [r["step"] for r in sft.read_records(str(tmp_path / "rl" / "metrics.jsonl"))] == [1, 2]
     assert "eval_after" in resumed
     got = evaluation.main(["--model", ckpt, "--limit", "2", "--max-turns", "2", "--out", str(tmp_path / "ev"),
                            "--mask-actions", "off", "--context-turns", "0", "--max-new-tokens", "16"])
@@ -239,7 +240,8 @@ def test_lora_sft_saves_a_folder_eval_loads(tiny_path, one_demo, tmp_path, merge
     sft.sft(cfg)
     ckpt = tmp_path / "sft" / "checkpoint"
     assert os.path.exists(ckpt / "adapter_config.json") != merge
-    got = evaluation.main(["--model", str(ckpt), "--limit", "1", "--max-turns", "1", "--out", str(tmp_path / "ev"),
+    got = evaluation.main(["--model", str(ckpt), "--limit", "1", "--max-turns", "1",
+                           "--out", str(tmp_path / "ev"),
                            "--mask-actions", "off", "--context-turns", "0", "--max-new-tokens", "8"])
     assert got["n_episodes"] == 1
 
