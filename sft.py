@@ -56,13 +56,13 @@ import tiny
 from agent import LastTurns, Policy, Trajectory, WholeConversation, action_trie
 from algorithm import Algorithm, masked_mean
 from batch import Row, make_batch
-from config import AgentConfig, load_agent, parse, resolve_device, set_threads
+from config import AgentConfig, flag, load_agent, parse, resolve_device, set_threads
 from envs import ENVS, EnvSpec
 from machinery import dist, lora
 from machinery.logprobs import LogprobForward
 
 SFT_LR = 1e-5
-"""A real model's learning rate (AgentGym's bc_trainer: 1e-5 for its 7B models); the tiny policy's is tiny.LR."""
+"""A real model's learning rate (AgentGym's bc_trainer: 1e-5 for 7B); the tiny policy's is tiny.LR."""
 
 
 @dataclass
@@ -71,39 +71,39 @@ class Config(AgentConfig):
     the token layout, e.g. --context-turns 0: whole conversations) and the training's."""
 
     data: str = ""
-    """demonstrations: files or globs, comma-separated; eval.py's trajectories.jsonl or AgentGym's AgentTraj (.json list or .jsonl)"""
-    demos: int = 0
+    """demonstrations, files or globs, comma-separated: eval.py's trajectories.jsonl or AgentTraj"""
+    demos: int = flag(0, at_least=0)
     """train on the first N demonstrations (after --only-success); 0: all"""
     only_success: bool = True
     """keep only the episodes that succeeded (AgentTraj items carry no outcome: all are kept)"""
-    epochs: int = 3
+    epochs: int = flag(3, at_least=1)
     """passes over the demonstrations"""
-    batch_size: int = 8
+    batch_size: int = flag(8, at_least=1)
     """demonstrations per optimizer step"""
-    lr: float = 0.0
+    lr: float = flag(0.0, at_least=0.0)
     """learning rate; 0: tiny.LR (5e-4) for tiny, 1e-5 for real models"""
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = flag(1.0, above=0.0)
     """gradient clipping"""
-    max_tokens: int = 4096
-    """cut a token row after this many tokens (the model's window; a whole-conversation row is one per demonstration); 0: never"""
-    micro_batch_size: int = 0
+    max_tokens: int = flag(4096, at_least=0)
+    """cut a token row after this many tokens (whole conversation: one row per demonstration); 0: never"""
+    micro_batch_size: int = flag(0, at_least=0)
     """rows per forward/backward at most (train.py's); 0: no row limit"""
-    micro_batch_tokens: int = 4096
+    micro_batch_tokens: int = flag(4096, at_least=0)
     """padded tokens per forward/backward at most (train.py's micro_batches); 0: no limit"""
     gradient_checkpointing: bool = False
     """recompute each layer's activations in backward (less memory, ~1/3 more compute)"""
-    mixed_precision: str = "no"
+    mixed_precision: str = flag("no", choices=("no", "fp16", "bf16"))
     """Accelerate mixed precision: no, fp16, bf16"""
-    lora_rank: int = 0
+    lora_rank: int = flag(0, at_least=0)
     """train rank-R LoRA adapters (machinery/lora.py) instead of all weights; 0: off"""
-    lora_alpha: float = 0.0
+    lora_alpha: float = flag(0.0, at_least=0.0)
     """LoRA scale alpha; 0: 2 * rank"""
     merge_lora: bool = True
-    """save LoRA as merged full weights (RL's KL reference is then the SFT model); off: only the adapters (reference: the base)"""
+    """save LoRA merged into full weights (train.py's KL reference: the SFT model); off: the adapters alone"""
     out: str = "runs/sft"
     """output folder: checkpoint/, metrics.jsonl, loss.png, summary.json"""
     valid: str = ""
-    """instead of training: print the share of replies holding a valid action in these trajectories.jsonl files (comma-separated)"""
+    """instead of training: print the share of replies with a valid action in these trajectories.jsonl"""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -303,7 +303,7 @@ def sft(cfg: Config) -> dict:
     t0, step = time.time(), 0
     bar = tqdm(total=cfg.epochs * per_epoch, desc=f"sft on {len(items)} {cfg.env} demonstrations",
                disable=not main)
-    for epoch in range(cfg.epochs):
+    for _ in range(cfg.epochs):
         order = torch.randperm(len(items)).tolist()
         for s in range(0, len(items), cfg.batch_size):
             step += 1
@@ -370,7 +370,10 @@ def plot_loss(metrics_path: str, png: str) -> None:
     fig, ax = plt.subplots(figsize=(5, 3.5))
     ax.plot([r["step"] for r in rows], [r["losses/loss"] for r in rows],
             label="SFT loss (NLL per agent token)")
-    ax.set_xlabel("step"); ax.set_yscale("log"); ax.legend(); ax.grid(alpha=0.3)
+    ax.set_xlabel("step")
+    ax.set_yscale("log")
+    ax.legend()
+    ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(png, dpi=100)
     plt.close(fig)
