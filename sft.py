@@ -383,25 +383,26 @@ def plot_loss(metrics_path: str, png: str) -> None:
 # The format, measured: does a reply hold an action the environment can carry out?
 # ---------------------------------------------------------------------------------------------
 
-# What each server here answers to a reply that holds no action it can carry out (servers/<env>.py).
+# What each server here answers to a reply whose action it did not carry out (servers/<env>.py):
+# no action in it, or one the environment cannot do (TextCraft: an unknown item, missing ingredients).
 INVALID = {
-    "babyai": "is not an available action",
-    "textcraft": "Could not execute",
-    "sciworld": "No known action matches that input",
-    "searchqa": "Your reply holds no complete tag",
-    "webarena": "Invalid action:",
+    "babyai": ("is not an available action",),
+    "textcraft": ("Could not ", "Wrong quantities"),
+    "sciworld": ("No known action matches that input",),
+    "searchqa": ("Your reply holds no complete tag",),
+    "webarena": ("Invalid action:",),
 }
 
 
 def valid_replies(records: list[dict], env: str) -> tuple[int, int]:
-    """(replies whose action the environment accepted, replies) over eval.py trajectory records:
-    reply k is invalid when the observation that answers it (observations[k + 1]) holds the
-    server's invalid-action message."""
+    """(replies whose action the environment carried out, replies) over eval.py trajectory records:
+    reply k is invalid when the observation that answers it (observations[k + 1]) holds one of the
+    server's messages for an action it did not carry out."""
     ok = n = 0
     for rec in records:
         for answer in rec["observations"][1:len(rec["actions"]) + 1]:
             n += 1
-            ok += INVALID[env] not in answer
+            ok += not any(marker in answer for marker in INVALID[env])
     return ok, n
 
 

@@ -253,6 +253,10 @@ def test_valid_replies_counts_the_servers_invalid_answers():
              "observations": ["o0", "ok", '"jump" is not an available action; choose one', "ok"]},
             {"actions": ["x"], "success": True, "observations": ["o0", "done"]}]
     assert sft.valid_replies(recs, "babyai") == (3, 4)
+    crafts = [{"actions": ["get 1 oak log", "get 1 dragon", "fly", "craft 1 x using 2 y"], "success": False,
+               "observations": ["o0", "Got 1 oak log", "Could not find dragon.", "Could not execute 'fly'.",
+                                "Wrong quantities: this recipe makes 4 x, not 1."]}]
+    assert sft.valid_replies(crafts, "textcraft") == (1, 4)
 
 
 def test_every_flag_is_a_documented_field():
