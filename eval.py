@@ -4,7 +4,7 @@
     python eval.py --model tiny --task-ids 0-99 --out runs/eval_tiny
     python eval.py --model Qwen/Qwen2.5-7B-Instruct --env babyai --split all-test --max-new-tokens 512
     python eval.py --model runs/default/checkpoint --sweep-max-turns 1,2,4,8,16   # success vs max turns
-    python eval.py --env textcraft --expert --limit 100 --out demos/textcraft    # the env's expert plays
+    python eval.py --env textcraft --expert true --limit 100 --out demos/textcraft  # the expert plays
 
 Flags: `python eval.py --help`; the agent's settings (`--model`, `--temperature`,
 `--max-new-tokens`, `--context-turns`, `--mask-actions`, ...) are train.py's (config.AgentConfig).

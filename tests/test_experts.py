@@ -59,6 +59,14 @@ def test_babyai_expert_uses_high_level_actions(babyai):
     assert answer["score"] > 0 and actions[-1].startswith("go to red ball")
 
 
+def test_babyai_expert_never_goes_round_in_circles_on_a_long_level(babyai):
+    """Unlock, seed 10000 (a key three rooms away): a shortcut the bot did not plan (it opened a door
+    the bot was not heading for) once made the bot close it again, and the shortcut open it, forever.
+    Each answer now shrinks the bot's plan: the level is solved, in about 44 turns."""
+    answer, actions = play(babyai, ENVS["babyai"], 400023, max_turns=60)
+    assert answer["done"] and answer["score"] > 0, actions
+
+
 def test_babyai_expert_finishes_after_the_agent_wandered_off(babyai):
     """Off the bot's path (the agent turned around and walked), the bot replans from where the agent is."""
     iid = requests.post(babyai + "/create", json={}).json()["id"]
