@@ -669,6 +669,17 @@ def check_server(url: str, timeout: float = 10.0) -> None:
         raise RuntimeError(f"the environment server at {url} answers GET / with {r.status_code}")
 
 
+def server_url(url: str, rank: int = 0) -> str | None:
+    """The environment server of process `rank` from an entry point's `--url`: a comma-separated
+    list of running servers, every one checked first (a dead one is a clear error before anything
+    else runs), of which process i of N (`accelerate launch`) uses the (i mod count)-th; None (an
+    empty `--url`): `open_pool` starts a local server."""
+    urls = [u for u in url.split(",") if u]
+    for u in urls:
+        check_server(u)
+    return urls[rank % len(urls)] if urls else None
+
+
 def open_pool(env: str, size: int, url: str | None = None, log_path: str | None = None,
               create: dict | None = None) -> EnvPool:
     """A pool for `env`: on the server at `url` if given (checked first), else on a fresh local

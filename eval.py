@@ -33,7 +33,7 @@ from machinery import dist
 import view
 from agent import Policy, Trajectory, rollout
 from config import AgentConfig, load_agent, parse, resolve_device, set_threads
-from envs import ENVS, EnvPool, EnvSpec, check_server, close_pool, open_pool
+from envs import ENVS, EnvPool, EnvSpec, close_pool, open_pool, server_url
 
 
 @dataclass
@@ -270,13 +270,11 @@ def describe_tasks(cfg: EvalConfig, n: int) -> str:
 
 def main(argv=None):
     cfg = parse(EvalConfig, argv, description="Evaluate an agent on an environment's tasks.")
-    for url in cfg.url.split(","):
-        if url:
-            check_server(url)  # a dead --url is a clear error before anything else runs
     import torch
 
     device = resolve_device(cfg.device)
     here = dist.start(cpu=device == "cpu")  # under `accelerate launch`: N processes share the episodes
+    url = server_url(cfg.url, dist.rank())  # a dead --url is a clear error before anything else runs
     torch.manual_seed(dist.process_seed(cfg.seed))
     spec = ENVS[cfg.env]
     tasks = parse_task_ids(cfg.task_ids) if cfg.task_ids else spec.splits[cfg.split]
@@ -286,10 +284,8 @@ def main(argv=None):
     set_threads(cfg, device)
     policy = None if cfg.expert else load_agent(cfg, here.device)
     os.makedirs(cfg.out, exist_ok=True)
-    urls = [u for u in cfg.url.split(",") if u]  # each process takes one (machinery/dist.py)
     pool = open_pool(cfg.env, size=max(1, min(cfg.parallel, math.ceil(len(tasks) * cfg.n_samples / dist.world()))),
-                     url=urls[dist.rank() % len(urls)] if urls else None,
-                     create={"render": True} if cfg.render else None)
+                     url=url, create={"render": True} if cfg.render else None)
     try:
         if cfg.expert:  # (one process: the expert needs no accelerator)
             trajs = expert_rollout(pool, spec, [t for t in tasks for _ in range(cfg.n_samples)],

@@ -17,15 +17,22 @@ exact in float32, whose mean of 8 equal values can be off by 6e-8 and turn, divi
 6e-8 + eps, into |A| = 0.056 for the whole group. RLOO (Ahmadian et al., 2024) differs only in the
 baseline: the mean of the OTHER n-1 rewards of the group, A_i = R_i - mean_{j != i} R_j.
 
-Loss: GRPO's objective (DeepSeekMath, eq. 3) with the per-token average taken over all agent
-tokens of the minibatch ("token-mean") instead of per sequence: the clipped surrogate (PPO, eq. 7)
-plus the k3 KL to the reference model (DeepSeekMath, eq. 4) as a loss term, and an entropy bonus
-(`algorithm.clipped_policy_loss`):
+The objective (DeepSeekMath, eq. 3), maximised; o_i is trajectory i's agent tokens (every turn's
+reply), G the group size, r the policy ratio, beta = kl_coef, eps = clip_ratio:
 
-    ratio    = exp(logp - old_logp)
+    J_GRPO(theta) = E[ 1/G sum_i 1/|o_i| sum_t { min(r_it A_i, clip(r_it, 1 - eps, 1 + eps) A_i)
+                                                  - beta D_KL[pi_theta || pi_ref]_it } ]
+    r_it = pi_theta(o_it | q, o_i<t) / pi_old(o_it | q, o_i<t)
+
+with the per-token average taken over all agent tokens of the minibatch ("token-mean",
+1 / sum_i |o_i| sum_i sum_t) instead of per trajectory, the KL as DeepSeekMath's k3 estimator
+(eq. 4), and an entropy bonus. `loss()` below minimises its negative; the lines are
+`algorithm.clipped_policy_loss`, shared with PPO and REINFORCE++ (the same surrogate, PPO eq. 7):
+
+    ratio    = exp(logp - old_logp)                                          # r_it
     pg_loss  = max(-A * ratio, -A * clip(ratio, 1 - clip_ratio, 1 + clip_ratio))
-    kl       = exp(ref_logp - logp) - (ref_logp - logp) - 1
-    loss     = pg_loss + kl_coef * kl - entropy_coef * entropy
+    kl       = exp(ref_logp - logp) - (ref_logp - logp) - 1                   # k3, eq. 4
+    loss     = pg_loss + kl_coef * kl - entropy_coef * entropy               # token-means
 
 Reads cfg.group_std_eps, cfg.clip_ratio, cfg.kl_coef, cfg.entropy_coef (train.Config).
 """
@@ -73,7 +80,8 @@ def rloo_advantages_for(batch, cfg, state=None) -> None:
 
 
 def loss(logp: torch.Tensor, entropy: torch.Tensor | None, mb, cfg, state=None):
-    """GRPO's loss on minibatch `mb`; logp, entropy: (B, T). Returns (loss, stats)."""
+    """-J_GRPO (DeepSeekMath, eq. 3, token-mean; this file's docstring) on minibatch `mb`, by
+    `algorithm.clipped_policy_loss`; logp, entropy: (B, T). Returns (loss, stats)."""
     return clipped_policy_loss(logp, entropy, mb, mb.advantages, cfg.clip_ratio, cfg.kl_coef, cfg.entropy_coef)
 
 

@@ -53,13 +53,13 @@ import ppo
 import reinforce_pp
 import tiny
 import view
-from agent import rollout
-from algorithm import load_state, save_state
+from agent import Policy, rollout
+from algorithm import Algorithm, load_state, save_state
 from batch import Batch, make_batch, token_logprobs
 from machinery.logprobs import LogprobForward
 from benchmarks.binding_probe import binding, collect_states, probe_tasks
 from config import AgentConfig, load_agent, parse, resolve_device, set_threads
-from envs import ENVS, check_server, close_pool, open_pool
+from envs import ENVS, EnvPool, EnvSpec, close_pool, open_pool, server_url
 from eval import evaluate, write_trajectories
 from scaling_inter import adaptive, staged
 from machinery.timing import timed
@@ -200,6 +200,258 @@ def set_rng_state(s: dict):
     torch.set_rng_state(s["torch"])
 
 
+def train(cfg: Config, profile: list[dict] | None = None) -> dict:
+    """Run the loop: the five steps of this file's docstring, one step at a time. Set-up and
+    --resume are `setup`'s, the evaluations before, during and after training `evaluation`'s.
+    `profile`: append, per step, a dict of seconds per part of the step (machinery/timing.py;
+    benchmarks/rollout_profile.py prints it)."""
+    run = setup(cfg)
+    policy, forward, algo, state, accelerator = run.policy, run.forward, run.algo, run.state, run.accelerator
+    try:
+        if run.start == 1:
+            evaluation(run, "before")
+        bar = tqdm(range(run.start, cfg.steps + 1), desc=f"{cfg.algo} on {cfg.env}", initial=run.start - 1,
+                   total=cfg.steps, disable=not run.main)
+        for step in bar:
+            t0 = time.time()
+            tm = {} if profile is not None else None  # this step's sections (timing.timed)
+            # 1. horizon: the ScalingInter-RL stage of this step (the adaptive schedule reads the history)
+            horizon = run.schedule.horizon(step, run.history)
+            # 2. rollout: tasks_per_step tasks x group_size samples, at most `horizon` turns each
+            tasks = random.sample(run.train_tasks, cfg.tasks_per_step)  # the same on every process
+            mine = [g for g in dist.shard(list(range(len(tasks)))) for _ in range(cfg.group_size)]  # whole groups
+            policy.model.eval()
+            with timed(tm, "rollout"), dist.full_weights(forward):
+                episodes = rollout(policy, run.pool, run.spec, [tasks[g] for g in mine], horizon, groups=mine,
+                                   batch_size=cfg.generation_batch_size, timings=tm)
+            t_roll = time.time() - t0
+            trajs = usable(episodes, step)  # all the episodes are saved; these train
+            n_errors = dist.global_sum(len(episodes) - len(trajs))
+            if skip_failed_step(run, step, horizon, trajs, n_errors):
+                continue
+            # 3. advantages from the outcome rewards (the KL term's reference log-probs first)
+            with timed(tm, "make_batch"):
+                batch = make_batch(trajs, policy.tokenizer.pad_token_id)
+            t_update = time.time()
+            if cfg.kl_coef:
+                with timed(tm, "reference"), accelerator.autocast(), lora.reference(policy.model), \
+                        dist.full_weights(forward):
+                    batch.ref_logprobs = reference_logprobs(run.ref_model or policy.model, batch, cfg)
+            with timed(tm, "advantages"), accelerator.autocast():  # an algorithm's own model reads the batch here
+                algo.advantages(batch, cfg, state)
+            # 4. update: `epochs` passes of clipped-ratio steps over minibatches
+            policy.model.train()
+            stats = update(forward, batch, len(trajs), algo, cfg, state, accelerator, run.trained, tm)
+            # 5. log (with the periodic evaluation), checkpoint
+            gen_tokens = int(dist.global_sum(int(batch.loss_mask.sum())))
+            m = step_metrics(run, step, horizon, trajs, batch, stats, gen_tokens, n_errors, t0, t_roll, t_update)
+            m.update(evaluation(run, "step", step))
+            log_step(run, m, episodes)
+            bar.set_postfix(h=horizon, succ=f"{m['charts/success']:.2f}", turns=f"{m['charts/turns']:.1f}")
+            if step % cfg.save_every == 0 or step == cfg.steps:
+                with timed(tm, "checkpoint"):
+                    save_checkpoint(cfg, accelerator, policy, forward, run.optimizer, step, run.ref_path, state)
+            if profile is not None:
+                profile.append({"step": step, "horizon": horizon, "episodes": len(trajs),
+                                "agent_tokens": gen_tokens, "total": time.time() - t0, **tm})
+        evaluation(run, "after")
+    finally:
+        close_pool(run.pool)
+        if run.writer:
+            run.writer.close()
+    finish(run)
+    return run.summary
+
+
+@dataclass
+class Run:
+    """What the loop works with, built once by `setup`."""
+
+    cfg: Config
+    accelerator: Accelerator
+    device: str  # cpu or cuda
+    spec: EnvSpec
+    schedule: object  # scaling_inter's staged or adaptive schedule: .horizon(step, history)
+    policy: Policy
+    forward: torch.nn.Module  # the policy's LogprobForward as Accelerate prepared it (DDP, FSDP)
+    optimizer: torch.optim.Optimizer
+    ref_model: torch.nn.Module | None  # the frozen reference (None: no KL term, or LoRA's adapters off)
+    ref_path: str  # the run's starting weights
+    algo: Algorithm
+    state: object  # the algorithm's own model and optimizer (PPO's critic), or None
+    trained: list  # (model, optimizer) pairs the update steps
+    pool: EnvPool
+    train_tasks: list[int]
+    test_tasks: list[int]  # the first --eval-episodes of the test split
+    eval_turns: int
+    probe: list  # the binding probe's states (benchmarks/binding_probe.py); empty: no probe
+    start: int  # the first step to run (after --resume: the checkpoint's + 1)
+    history: list[dict]  # the logged steps so far: the adaptive schedule replays its decisions from them
+    summary: dict  # what <out>/summary.json will hold
+    writer: object  # TensorBoard's SummaryWriter, or None
+    main: bool  # with N processes (machinery/dist.py) only the main one writes files
+    failed_steps: int = 0  # consecutive steps with no usable episode
+
+
+def setup(cfg: Config) -> Run:
+    """Seeds, the policy, its reference and optimizer, the algorithm's state, the environments and
+    the output folder, in an order a --seed reproduces; with --resume, all of it as the checkpoint
+    left it (its step, RNG streams, optimizer and algorithm state; metrics.jsonl trimmed back)."""
+    os.makedirs(cfg.out, exist_ok=True)
+    seed_everything(cfg.seed)  # python's `random`, which picks the tasks, is the same on every process
+    spec = ENVS[cfg.env]
+    if cfg.schedule not in ("staged", "adaptive"):
+        raise ValueError(f"--schedule must be staged or adaptive, got {cfg.schedule!r}")
+    rounds = [int(h) for h in cfg.rounds.split(",")]
+    schedule = (adaptive(rounds, cfg.adapt_window, cfg.adapt_cut_share, cfg.adapt_min_gain)
+                if cfg.schedule == "adaptive" else staged(rounds, cfg.steps_per_stage))
+    device = resolve_device(cfg.device)
+    set_threads(cfg, device)
+    accelerator = Accelerator(mixed_precision=cfg.mixed_precision, cpu=device == "cpu")
+    url = server_url(cfg.url, dist.rank())  # a dead --url is a clear error before anything else runs
+    main = accelerator.is_main_process
+    if cfg.tasks_per_step < dist.world():
+        raise ValueError(f"--tasks-per-step {cfg.tasks_per_step} < {dist.world()} processes: some would have no task")
+    torch.manual_seed(dist.process_seed(cfg.seed))  # each process samples its own replies
+    np.random.seed(dist.process_seed(cfg.seed))
+
+    if cfg.resume:
+        cfg.resume = checkpoint_folder(cfg.resume)
+    saved = torch.load(os.path.join(cfg.resume, "state.pt"), weights_only=False) if cfg.resume else None
+    policy, ref_model, ref_path = load_models(cfg, accelerator, device, saved)
+    lr = cfg.lr or (tiny.LR if policy.is_tiny else REAL_MODEL_LR)
+    optimizer = torch.optim.AdamW([p for p in policy.model.parameters() if p.requires_grad], lr=lr)
+    # `forward` computes the agent tokens' log-probs; Accelerate wraps it (DDP: gradients averaged in
+    # backward). policy.model stays the plain model, for generation, the reference and saving.
+    forward, optimizer = accelerator.prepare(LogprobForward(policy.model), optimizer)
+    algo = ALGOS[cfg.algo]
+    state = algo.init(policy.model, cfg, lr) if algo.init else None
+    if state is not None:
+        state.model, state.optimizer = accelerator.prepare(state.model, state.optimizer)
+    start = resume(cfg, saved, optimizer, state, accelerator) if saved else 1
+
+    n_eval = min(cfg.eval_episodes, len(spec.splits[cfg.test_split]))
+    # this process's environments: its own local server (on a free port), or its share of --url's list
+    my_tasks = len(dist.shard(list(range(cfg.tasks_per_step))))
+    pool = open_pool(cfg.env, size=max(my_tasks * cfg.group_size, math.ceil(n_eval * cfg.eval_samples / dist.world())),
+                     url=url, log_path=os.path.join(cfg.out, "server.log" if main else f"server.{dist.rank()}.log"))
+    summary = {"config": dataclasses.asdict(cfg)}
+    summary_path = os.path.join(cfg.out, "summary.json")
+    if saved and os.path.exists(summary_path):
+        summary = {**json.load(open(summary_path)), "config": dataclasses.asdict(cfg)}
+    if main:
+        clear_outputs(cfg.out, saved["step"] if saved else 0)
+    dist.barrier()  # the main process has trimmed metrics.jsonl: now every process may read it
+    metrics_path = os.path.join(cfg.out, "metrics.jsonl")
+    history = [r for r in map(json.loads, open(metrics_path)) if r["step"] < start] if saved else []
+    probe = collect_states(pool, probe_tasks(cfg.probe_states)) if cfg.probe_every and cfg.env == "babyai" else []
+    return Run(cfg=cfg, accelerator=accelerator, device=device, spec=spec, schedule=schedule, policy=policy, forward=forward,
+               optimizer=optimizer, ref_model=ref_model, ref_path=ref_path, algo=algo, state=state,
+               trained=[(forward, optimizer)] + ([(state.model, state.optimizer)] if state else []), pool=pool,
+               train_tasks=spec.splits[cfg.train_split], test_tasks=spec.splits[cfg.test_split][:n_eval],
+               eval_turns=cfg.eval_max_turns or schedule.rounds[-1], probe=probe, start=start, history=history,
+               summary=summary, writer=tensorboard(cfg.out) if main else None, main=main)
+
+
+def load_models(cfg: Config, accelerator, device: str, saved: dict | None):
+    """The trained policy (with LoRA adapters, gradient checkpointing as asked), the frozen
+    reference model (None: no KL term, or LoRA, whose reference is the base with its adapters off)
+    and the path of the run's starting weights, which the reference is."""
+    policy = load_agent(cfg, accelerator.device, model=cfg.resume or None, trainable=True)
+    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.mixed_precision) if device == "cuda" else None
+    if cfg.lora_rank and not lora.has_adapters(policy.model):
+        policy.model = lora.add_adapters(policy.model.to(half or torch.float32), cfg.lora_rank, cfg.lora_alpha)
+    if cfg.gradient_checkpointing:  # active in train mode only: generation keeps its KV cache
+        policy.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    ref_path = saved["ref_path"] if saved else policy.path
+    ref_model = None
+    if cfg.kl_coef and not lora.has_adapters(policy.model):
+        ref_device = "cpu" if cfg.ref_device == "cpu" else accelerator.device
+        ref_model = load_agent(cfg, ref_device, model=ref_path).model.eval().requires_grad_(False)
+        if half and ref_device != "cpu":
+            ref_model.to(half)  # frozen: no fp32 master copy needed
+    return policy, ref_model, ref_path
+
+
+def resume(cfg: Config, saved: dict, optimizer, state, accelerator) -> int:
+    """Restore what the checkpoint `saved` (its state.pt) holds besides the weights: the
+    optimizer, the algorithm's state, this process's RNG streams. Returns the step to start at."""
+    if saved["optimizer"] is not None:  # (None: saved under FSDP)
+        optimizer.load_state_dict(saved["optimizer"])
+    if state is not None:
+        load_state(state, cfg.resume, accelerator.unwrap_model)
+    rngs = saved["rng"] if isinstance(saved["rng"], list) else [saved["rng"]]
+    if len(rngs) != dist.world():
+        raise ValueError(f"{cfg.resume} was saved by {len(rngs)} processes; resume it with as many, "
+                         f"not {dist.world()}")
+    set_rng_state(rngs[dist.rank()])
+    return saved["step"] + 1
+
+
+def clear_outputs(out: str, step: int) -> None:
+    """Remove what an earlier run left in `out` after `step` (metrics.jsonl lines, saved rollouts):
+    a fresh run (`step` 0) keeps nothing of it, a resumed one runs what came after its checkpoint again."""
+    metrics_path = os.path.join(out, "metrics.jsonl")
+    if os.path.exists(metrics_path) and not step:
+        os.remove(metrics_path)
+    elif os.path.exists(metrics_path):
+        keep = [ln for ln in open(metrics_path) if ln.strip() and json.loads(ln)["step"] <= step]
+        with open(metrics_path, "w") as f:
+            f.writelines(keep)
+    for old in glob.glob(os.path.join(out, "rollouts", "step_*.jsonl")):
+        if int(os.path.basename(old)[5:-6]) > step:
+            os.remove(old)
+
+
+def tensorboard(out: str):
+    """A TensorBoard writer to <out>/tb, or None without TensorBoard."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        return None
+    return SummaryWriter(os.path.join(out, "tb"))
+
+
+def evaluation(run: Run, when: str, step: int = 0) -> dict:
+    """The policy on the held-out test tasks (and the binding probe, with --probe-every) at one
+    occasion: "before" training (summary's eval_before, probe_before), after training ("after":
+    eval_after), or at `step` of it ("step": every --eval-every steps but the last, whose
+    evaluation is eval_after, and the probe every --probe-every steps, the first and the last).
+    Under FSDP the whole weights are gathered once for all of it. Returns the step's metrics."""
+    cfg, m = run.cfg, {}
+    at_step = when == "step"
+    evaluate_now = bool(run.test_tasks) and (
+        not at_step or (cfg.eval_every > 0 and step % cfg.eval_every == 0 and step != cfg.steps))
+    probe_now = bool(run.probe) and when != "after" and (
+        not at_step or step % cfg.probe_every == 0 or step in (1, cfg.steps))
+    if not (evaluate_now or probe_now):
+        return m
+    with dist.full_weights(run.forward):  # FSDP: generation needs the whole weights
+        if evaluate_now:
+            ev, episodes = evaluate(run.policy, run.pool, run.spec, run.test_tasks, cfg.eval_samples,
+                                    run.eval_turns, desc="eval" if at_step else f"eval {when}")
+        if probe_now:
+            probed = binding(run.policy, run.probe).__dict__
+    if at_step:
+        if evaluate_now:
+            m["eval/success"], m["eval/turns"] = ev["success_rate"], ev["avg_turns"]
+        if probe_now:
+            run.summary["probe_after"] = probed
+            m.update({f"probe/{k}": v for k, v in probed.items() if k != "n_states"})
+        return m
+    if evaluate_now:
+        run.summary[f"eval_{when}"] = ev
+        if run.main:
+            write_trajectories(os.path.join(cfg.out, f"eval_{when}", "trajectories.jsonl"), episodes)
+            before = run.summary.get("eval_before", {}).get("success_rate", float("nan"))
+            errors = f" ({ev['errors']} episodes with environment errors left out)" if ev["errors"] else ""
+            print(f"eval before: success {before:.3f}"
+                  + (errors if when == "before" else f"  after: success {ev['success_rate']:.3f}"))
+    if probe_now:
+        run.summary["probe_before"] = probed
+    return m
+
+
 def usable(trajs: list, step: int) -> list:
     """The episodes the update may learn from: those that did not end in an environment error.
     Such an episode's reward 0 says nothing about the policy (the server crashed or timed out);
@@ -212,222 +464,69 @@ def usable(trajs: list, step: int) -> list:
     return ok
 
 
-def train(cfg: Config, profile: list[dict] | None = None) -> dict:
-    """Run the loop. `profile`: append, per step, a dict of seconds per part of the step
-    (machinery/timing.py; benchmarks/rollout_profile.py prints it)."""
-    urls = [u for u in cfg.url.split(",") if u]
-    for url in urls:
-        check_server(url)  # a dead --url is a clear error before anything else runs
-    os.makedirs(cfg.out, exist_ok=True)
-    seed_everything(cfg.seed)  # python's `random`, which picks the tasks, is the same on every process
-    spec = ENVS[cfg.env]
-    if cfg.schedule not in ("staged", "adaptive"):
-        raise ValueError(f"--schedule must be staged or adaptive, got {cfg.schedule!r}")
-    rounds = [int(h) for h in cfg.rounds.split(",")]
-    schedule = (adaptive(rounds, cfg.adapt_window, cfg.adapt_cut_share, cfg.adapt_min_gain)
-                if cfg.schedule == "adaptive" else staged(rounds, cfg.steps_per_stage))
-    device = resolve_device(cfg.device)
-    set_threads(cfg, device)
-    accelerator = Accelerator(mixed_precision=cfg.mixed_precision, cpu=device == "cpu")
-    main = accelerator.is_main_process  # with N processes (machinery/dist.py) only the main one writes files
-    if cfg.tasks_per_step < dist.world():
-        raise ValueError(f"--tasks-per-step {cfg.tasks_per_step} < {dist.world()} processes: some would have no task")
-    torch.manual_seed(dist.process_seed(cfg.seed))  # each process samples its own replies
-    np.random.seed(dist.process_seed(cfg.seed))
+def skip_failed_step(run: Run, step: int, horizon: int, trajs: list, n_errors: int) -> bool:
+    """Whether the step has nothing to learn from: the processes update together, so one with no
+    usable episode skips the step for all (the pool restarts a crashed server meanwhile). Such a
+    step is logged with its error count; MAX_FAILED_STEPS of them in a row stop the run."""
+    skip = dist.global_max(int(not trajs))
+    run.failed_steps = run.failed_steps + 1 if skip else 0
+    if run.failed_steps >= MAX_FAILED_STEPS:
+        raise RuntimeError(f"every episode of the last {run.failed_steps} steps ended in an environment "
+                           f"error; is the environment server at {run.pool.url} working?")
+    if skip:
+        run.history.append({"step": step, "horizon": horizon, "charts/env_errors": n_errors})
+        if run.main:
+            log_metrics(os.path.join(run.cfg.out, "metrics.jsonl"), run.writer, run.history[-1])
+    return bool(skip)
 
-    if cfg.resume:
-        cfg.resume = checkpoint_folder(cfg.resume)
-    saved = torch.load(os.path.join(cfg.resume, "state.pt"), weights_only=False) if cfg.resume else None
-    policy = load_agent(cfg, accelerator.device, model=cfg.resume or None, trainable=True)
-    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.mixed_precision) if device == "cuda" else None
-    if cfg.lora_rank and not lora.has_adapters(policy.model):
-        policy.model = lora.add_adapters(policy.model.to(half or torch.float32), cfg.lora_rank, cfg.lora_alpha)
-    if cfg.gradient_checkpointing:  # active in train mode only: generation keeps its KV cache
-        policy.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    ref_path = saved["ref_path"] if saved else policy.path  # the run's starting weights
-    ref_model = None  # with LoRA the reference is the policy with its adapters off (lora.reference)
-    if cfg.kl_coef and not lora.has_adapters(policy.model):
-        ref_device = "cpu" if cfg.ref_device == "cpu" else accelerator.device
-        ref_model = load_agent(cfg, ref_device, model=ref_path).model.eval().requires_grad_(False)
-        if half and ref_device != "cpu":
-            ref_model.to(half)  # frozen: no fp32 master copy needed
-    lr = cfg.lr or (tiny.LR if policy.is_tiny else REAL_MODEL_LR)
-    optimizer = torch.optim.AdamW([p for p in policy.model.parameters() if p.requires_grad], lr=lr)
-    # `forward` computes the agent tokens' log-probs; Accelerate wraps it (DDP: gradients averaged in
-    # backward). policy.model stays the plain model, for generation, the reference and saving.
-    forward, optimizer = accelerator.prepare(LogprobForward(policy.model), optimizer)
-    algo = ALGOS[cfg.algo]
-    state = algo.init(policy.model, cfg, lr) if algo.init else None
-    if state is not None:
-        state.model, state.optimizer = accelerator.prepare(state.model, state.optimizer)
-    trained = [(forward, optimizer)] + ([(state.model, state.optimizer)] if state else [])
-    start = 1
-    if saved:
-        if saved["optimizer"] is not None:  # (None: saved under FSDP)
-            optimizer.load_state_dict(saved["optimizer"])
-        if state is not None:
-            load_state(state, cfg.resume, accelerator.unwrap_model)
-        rngs = saved["rng"] if isinstance(saved["rng"], list) else [saved["rng"]]
-        if len(rngs) != dist.world():
-            raise ValueError(f"{cfg.resume} was saved by {len(rngs)} processes; resume it with as many, "
-                             f"not {dist.world()}")
-        set_rng_state(rngs[dist.rank()])
-        start = saved["step"] + 1
 
-    writer = None
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-        writer = SummaryWriter(os.path.join(cfg.out, "tb")) if main else None
-    except ImportError:
-        pass
+def step_metrics(run: Run, step: int, horizon: int, trajs: list, batch: Batch, stats: dict, gen_tokens: int,
+                 n_errors: int, t0: float, t_roll: float, t_update: float) -> dict:
+    """The step's line of metrics.jsonl: its episodes (every process's), speed, memory and the
+    update's stats."""
+    # dist.gather: the same lists on every process, so the adaptive schedule decides the same everywhere
+    ep = dist.gather([(t.reward, t.success, t.turns, t.truncated, not t.done and t.turns >= horizon)
+                      for t in trajs])
+    return {
+        "step": step, "horizon": horizon,
+        "charts/reward": float(np.mean([e[0] for e in ep])),
+        "charts/success": float(np.mean([e[1] for e in ep])),
+        "charts/turns": float(np.mean([e[2] for e in ep])),
+        "charts/truncated_replies": sum(e[3] for e in ep),
+        # episodes the horizon ended (the env had not said done): the adaptive schedule's signal
+        "charts/cut_share": float(np.mean([e[4] for e in ep])),
+        "charts/tokens_per_s": gen_tokens / max(t_roll, 1e-9),
+        "charts/seconds_per_step": time.time() - t0,
+        "charts/env_errors": n_errors,  # episodes left out of this step's update
+        "perf/update_tokens_per_s": run.cfg.epochs * dist.global_sum(int(batch.attention_mask.sum()))
+        / (time.time() - t_update),
+        "perf/peak_memory_gb": dist.global_max(peak_memory_gb(run.device)),  # the largest process's
+        **stats,
+    }
 
-    eval_turns = cfg.eval_max_turns or schedule.rounds[-1]
-    n_eval = min(cfg.eval_episodes, len(spec.splits[cfg.test_split]))
-    test_tasks = spec.splits[cfg.test_split][:n_eval]
-    train_tasks = spec.splits[cfg.train_split]
-    # this process's environments: its own local server (on a free port), or its share of --url's list
-    my_tasks = len(dist.shard(list(range(cfg.tasks_per_step))))
-    pool = open_pool(cfg.env, size=max(my_tasks * cfg.group_size, math.ceil(n_eval * cfg.eval_samples / dist.world())),
-                     url=urls[dist.rank() % len(urls)] if urls else None,
-                     log_path=os.path.join(cfg.out, "server.log" if main else f"server.{dist.rank()}.log"))
-    summary = {"config": dataclasses.asdict(cfg)}
-    summary_path = os.path.join(cfg.out, "summary.json")
-    if saved and os.path.exists(summary_path):
-        summary = {**json.load(open(summary_path)), "config": dataclasses.asdict(cfg)}
-    metrics_path = os.path.join(cfg.out, "metrics.jsonl")
-    rollouts_dir = os.path.join(cfg.out, "rollouts")
-    if not main:
-        pass
-    elif not saved:  # a fresh run: nothing of an earlier run in this folder may mix with it
-        for old in [metrics_path] + glob.glob(os.path.join(rollouts_dir, "step_*.jsonl")):
-            if os.path.exists(old):
-                os.remove(old)
-    else:  # a resumed run: what came after the checkpoint is run again
-        if os.path.exists(metrics_path):
-            keep = [ln for ln in open(metrics_path) if ln.strip() and json.loads(ln)["step"] <= saved["step"]]
-            with open(metrics_path, "w") as f:
-                f.writelines(keep)
-        for old in glob.glob(os.path.join(rollouts_dir, "step_*.jsonl")):
-            if int(os.path.basename(old)[5:-6]) > saved["step"]:
-                os.remove(old)
-    dist.barrier()  # the main process has trimmed metrics.jsonl: now every process may read it
-    failed_steps = 0
-    # the logged steps so far: the adaptive schedule replays its decisions from them
-    history = [r for r in map(json.loads, open(metrics_path)) if r["step"] < start] if saved else []
-    try:
-        if n_eval and start == 1:
-            with dist.full_weights(forward):  # FSDP: generation needs the whole weights
-                summary["eval_before"], episodes = evaluate(policy, pool, spec, test_tasks, cfg.eval_samples,
-                                                            eval_turns, desc="eval before")
-            if main:
-                write_trajectories(os.path.join(cfg.out, "eval_before", "trajectories.jsonl"), episodes)
-                print(f"eval before: success {summary['eval_before']['success_rate']:.3f}"
-                      + (f" ({summary['eval_before']['errors']} episodes with environment errors left out)"
-                         if summary['eval_before']['errors'] else ""))
-        probe = collect_states(pool, probe_tasks(cfg.probe_states)) if cfg.probe_every and cfg.env == "babyai" else []
-        if probe and start == 1:
-            with dist.full_weights(forward):
-                summary["probe_before"] = binding(policy, probe).__dict__
-        bar = tqdm(range(start, cfg.steps + 1), desc=f"{cfg.algo} on {cfg.env}", initial=start - 1, total=cfg.steps,
-                   disable=not main)
-        for step in bar:
-            t0 = time.time()
-            tm = {} if profile is not None else None  # this step's sections (timing.timed)
-            horizon = schedule.horizon(step, history)
-            tasks = random.sample(train_tasks, cfg.tasks_per_step)  # the same on every process
-            mine = dist.shard(list(range(len(tasks))))  # this process's tasks: whole groups
-            policy.model.eval()
-            with timed(tm, "rollout"), dist.full_weights(forward):
-                trajs = rollout(policy, pool, spec, [tasks[g] for g in mine for _ in range(cfg.group_size)], horizon,
-                                groups=[g for g in mine for _ in range(cfg.group_size)],
-                                batch_size=cfg.generation_batch_size, timings=tm)
-            t_roll = time.time() - t0
-            episodes, trajs = trajs, usable(trajs, step)  # all of them (saved), those that train
-            n_errors = dist.global_sum(len(episodes) - len(trajs))
-            # the processes update together: one with nothing to learn from skips the step for all
-            skip = dist.global_max(int(not trajs))
-            failed_steps = failed_steps + 1 if skip else 0
-            if failed_steps >= MAX_FAILED_STEPS:
-                raise RuntimeError(f"every episode of the last {failed_steps} steps ended in an environment "
-                                   f"error; is the environment server at {pool.url} working?")
-            if skip:  # nothing to learn from this step; the pool restarts a crashed server
-                history.append({"step": step, "horizon": horizon, "charts/env_errors": n_errors})
-                if main:
-                    log_metrics(metrics_path, writer, history[-1])
-                continue
-            with timed(tm, "make_batch"):
-                batch = make_batch(trajs, policy.tokenizer.pad_token_id)
-            t_update = time.time()
-            if cfg.kl_coef:
-                with timed(tm, "reference"), accelerator.autocast(), lora.reference(policy.model), \
-                        dist.full_weights(forward):
-                    batch.ref_logprobs = reference_logprobs(ref_model or policy.model, batch, cfg)
-            with timed(tm, "advantages"), accelerator.autocast():  # an algorithm with a model of its own reads the batch here
-                algo.advantages(batch, cfg, state)
-            policy.model.train()
-            stats = update(forward, batch, len(trajs), algo, cfg, state, accelerator, trained, tm)
-            # every process's episodes (dist.gather: the same lists on all of them, so the adaptive
-            # schedule decides the same everywhere)
-            ep = dist.gather([(t.reward, t.success, t.turns, t.truncated, not t.done and t.turns >= horizon)
-                              for t in trajs])
-            gen_tokens = int(dist.global_sum(int(batch.loss_mask.sum())))
-            m = {
-                "step": step, "horizon": horizon,
-                "charts/reward": float(np.mean([e[0] for e in ep])),
-                "charts/success": float(np.mean([e[1] for e in ep])),
-                "charts/turns": float(np.mean([e[2] for e in ep])),
-                "charts/truncated_replies": sum(e[3] for e in ep),
-                # episodes the horizon ended (the env had not said done): the adaptive schedule's signal
-                "charts/cut_share": float(np.mean([e[4] for e in ep])),
-                "charts/tokens_per_s": gen_tokens / max(t_roll, 1e-9),
-                "charts/seconds_per_step": time.time() - t0,
-                "charts/env_errors": n_errors,  # episodes left out of this step's update
-                "perf/update_tokens_per_s": cfg.epochs * dist.global_sum(int(batch.attention_mask.sum()))
-                / (time.time() - t_update),
-                "perf/peak_memory_gb": dist.global_max(peak_memory_gb(device)),  # the largest process's
-                **stats,
-            }
-            if n_eval and cfg.eval_every and step % cfg.eval_every == 0 and step != cfg.steps:  # last: eval_after
-                with dist.full_weights(forward):
-                    ev, _ = evaluate(policy, pool, spec, test_tasks, cfg.eval_samples, eval_turns, desc="eval")
-                m["eval/success"], m["eval/turns"] = ev["success_rate"], ev["avg_turns"]
-            if probe and (step % cfg.probe_every == 0 or step in (1, cfg.steps)):
-                with dist.full_weights(forward):
-                    summary["probe_after"] = binding(policy, probe).__dict__
-                m.update({f"probe/{k}": v for k, v in summary["probe_after"].items() if k != "n_states"})
-            history.append(m)
-            if main:
-                log_metrics(metrics_path, writer, m)
-            if cfg.save_rollouts_every and step % cfg.save_rollouts_every == 0:
-                episodes = dist.gather(episodes)  # in task order
-                if main:
-                    write_trajectories(os.path.join(rollouts_dir, f"step_{step:06d}.jsonl"), episodes, step=step)
-            bar.set_postfix(h=horizon, succ=f"{m['charts/success']:.2f}", turns=f"{m['charts/turns']:.1f}")
-            if step % cfg.save_every == 0 or step == cfg.steps:
-                with timed(tm, "checkpoint"):
-                    save_checkpoint(cfg, accelerator, policy, forward, optimizer, step, ref_path, state)
-            if profile is not None:
-                profile.append({"step": step, "horizon": horizon, "episodes": len(trajs),
-                                "agent_tokens": gen_tokens, "total": time.time() - t0, **tm})
-        if n_eval:
-            with dist.full_weights(forward):
-                summary["eval_after"], episodes = evaluate(policy, pool, spec, test_tasks, cfg.eval_samples,
-                                                           eval_turns, desc="eval after")
-            if main:
-                write_trajectories(os.path.join(cfg.out, "eval_after", "trajectories.jsonl"), episodes)
-                print(f"eval before: success {summary.get('eval_before', {}).get('success_rate', float('nan')):.3f}"
-                      f"  after: success {summary['eval_after']['success_rate']:.3f}")
-    finally:
-        close_pool(pool)
-        if writer:
-            writer.close()
-    if main:
-        with open(summary_path, "w") as f:
-            json.dump(summary, f, indent=2)
-        plot_curves(metrics_path, os.path.join(cfg.out, "curves.png"))
-        print("report:", view.write_report([cfg.out], os.path.join(cfg.out, "report.html")))
-    dist.barrier()  # no process returns before the files are written
-    return summary
+
+def log_step(run: Run, m: dict, episodes: list) -> None:
+    """Append the step's metrics to the history, metrics.jsonl and TensorBoard; every
+    --save-rollouts-every steps write its episodes to <out>/rollouts/step_N.jsonl."""
+    cfg, step = run.cfg, m["step"]
+    run.history.append(m)
+    if run.main:
+        log_metrics(os.path.join(cfg.out, "metrics.jsonl"), run.writer, m)
+    if cfg.save_rollouts_every and step % cfg.save_rollouts_every == 0:
+        episodes = dist.gather(episodes)  # in task order
+        if run.main:
+            write_trajectories(os.path.join(cfg.out, "rollouts", f"step_{step:06d}.jsonl"), episodes, step=step)
+
+
+def finish(run: Run) -> None:
+    """The main process writes <out>/summary.json, curves.png and report.html; no process returns
+    before they are written."""
+    if run.main:
+        with open(os.path.join(run.cfg.out, "summary.json"), "w") as f:
+            json.dump(run.summary, f, indent=2)
+        plot_curves(os.path.join(run.cfg.out, "metrics.jsonl"), os.path.join(run.cfg.out, "curves.png"))
+        print("report:", view.write_report([run.cfg.out], os.path.join(run.cfg.out, "report.html")))
+    dist.barrier()
 
 
 def log_metrics(path: str, writer, m: dict) -> None:
