@@ -67,6 +67,23 @@ def test_babyai_expert_never_goes_round_in_circles_on_a_long_level(babyai):
     assert answer["done"] and answer["score"] > 0, actions
 
 
+def test_asking_the_babyai_expert_changes_nothing_the_agent_sees(babyai):
+    """The expert plans on its own copies: the episode is where it was, and steps the same way."""
+    def episode(ask: bool) -> list[str]:
+        iid = requests.post(babyai + "/create", json={}).json()["id"]
+        requests.post(babyai + "/reset", json={"id": iid, "data_idx": 400021})  # PutNextLocal
+        seen = []
+        for a in ["turn left", "move forward", "turn right"]:
+            before = requests.get(babyai + "/observation", params={"id": iid}).json()
+            if ask:
+                requests.post(babyai + "/expert", json={"id": iid})
+                assert requests.get(babyai + "/observation", params={"id": iid}).json() == before
+            seen.append(requests.post(babyai + "/step", json={"id": iid, "action": a}).json()["observation"])
+        return seen
+
+    assert episode(ask=True) == episode(ask=False)
+
+
 def test_babyai_expert_finishes_after_the_agent_wandered_off(babyai):
     """Off the bot's path (the agent turned around and walked), the bot replans from where the agent is."""
     iid = requests.post(babyai + "/create", json={}).json()["id"]
