@@ -59,7 +59,7 @@ class EvalConfig(AgentConfig):
     render: bool = False
     """record a picture of every observation for view.py (BabyAI's minigrid frame; other envs have none)"""
     expert: bool = False
-    """the environment's expert plays instead of a model (POST /expert): its ceiling, and its episodes as demonstrations (docs/experts.md)"""
+    """the env's expert plays instead of a model (POST /expert): its ceiling; its episodes are demonstrations"""
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -182,7 +182,7 @@ def expert_rollout(pool: EnvPool, spec: EnvSpec, tasks: list[int], max_turns: in
             results = pool.step(live, [spec.parse_action(reply) for reply in replies])
             still = []
             for i, a, reply, r in zip(live, advice, replies, results):
-                tr, r = group[i], (a if a.get("error") else r)  # a failed /expert ends the episode as an error
+                tr, r = group[i], (a if a.get("error") else r)  # a failed /expert: the episode's error
                 tr.messages.append({"role": "assistant", "content": reply})
                 tr.actions.append(spec.parse_action(reply))
                 tr.rewards.append(float(r.get("reward", 0.0)))
@@ -309,7 +309,8 @@ def main(argv=None):
             print(f"max turns {r['max_turns']:>3}: success {r['success_rate']:.3f}  turns {r['avg_turns']:.2f}"
                   f"  cut by the limit {r['cut_share']:.3f}")
         return rows
-    summary.update(model="expert" if cfg.expert else cfg.model, env=cfg.env, tasks=describe_tasks(cfg, len(tasks)))
+    summary.update(model="expert" if cfg.expert else cfg.model, env=cfg.env,
+                   tasks=describe_tasks(cfg, len(tasks)))
     with open(os.path.join(cfg.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
     write_trajectories(os.path.join(cfg.out, "trajectories.jsonl"), trajs)

@@ -352,7 +352,8 @@ class BabyAIText:
         left = len(acts) - k0
         for _, _, name, prims in sorted(ranked)[:MAX_CHECKED]:
             after = self.plan_after(prims)
-            if after[2] and len(after[0]) < left and (not solves or len(prims) + len(after[0]) <= left + SLACK):
+            no_slower = not solves or len(prims) + len(after[0]) <= left + SLACK
+            if after[2] and len(after[0]) < left and no_slower:
                 self.plan = (len(self.history) + len(prims), *after)
                 return {"action": name, "thought": self.thought(name)}
         want = acts[k0] if k0 < len(acts) else LEFT  # the bot's own next move

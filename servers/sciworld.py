@@ -32,9 +32,9 @@ only score, completion and move count. The extras are computed when asked: the c
 
 The expert (`POST /expert`, servers/common.py; the trainer's, never the agent's) follows
 ScienceWorld's own gold path of the loaded variation (`getGoldActionSequence`). Generating it takes
-3-30 s, so it happens only when the expert is first asked about a variation (then it is kept): the task is loaded again
-with `generateGoldPath` and the episode's actions are replayed (the simulation is deterministic
-per variation), so the agent's state is unchanged. The expert answers the gold action after the
+3-30 s, so it happens only when the expert is first asked about a variation (the path is then kept
+by this process): the task is loaded again with `generateGoldPath` and the episode's actions are
+replayed (a variation's world is the same at every load), so the agent's state is unchanged. The expert answers the gold action after the
 last one the agent followed; pure observations (`look ...`, `inventory`, `task`) between them do
 not leave the path, any other action does: from then on the expert still answers the next gold
 action, with `on_path: false` (it may no longer apply). Past the gold path's end it answers `look
