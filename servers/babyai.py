@@ -77,6 +77,7 @@ GEN_SECONDS = 10.0  # time for all of them
 TILE = 16  # pixels per grid cell in a frame: 128 x 128 for an 8 x 8 room
 SLACK = 0  # primitive steps a shortcut may add to the expert's plan
 MAX_CHECKED = 4  # shortcuts the expert checks against the bot's plan per call
+MAX_PUSHES = 1000  # subgoals one BabyAIBot replan may push (a few at most when it is not stuck)
 
 
 def png_data_url(rgb) -> str:
@@ -351,7 +352,7 @@ class BabyAIText:
         # left then shrinks at every answer, so the expert never goes round in circles.
         left = len(acts) - k0
         for _, _, name, prims in sorted(ranked)[:MAX_CHECKED]:
-            after = self.plan_after(prims)
+            after = self.plan_after(prims, limit=left)
             no_slower = not solves or len(prims) + len(after[0]) <= left + SLACK
             if after[2] and len(after[0]) < left and no_slower:
                 self.plan = (len(self.history) + len(prims), *after)
@@ -373,15 +374,16 @@ class BabyAIText:
         self.plan = (len(self.history), *simulate(copy.deepcopy(bot), self.shadow[3]))
         return self.plan[1:]
 
-    def plan_after(self, prims: list[int]) -> tuple[list[int], list[tuple], bool]:
-        """The bot's plan after the agent took `prims` from here (the bot told each one)."""
+    def plan_after(self, prims: list[int], limit: int) -> tuple[list[int], list[tuple], bool]:
+        """The bot's plan after the agent took `prims` from here (the bot told each one), followed
+        for at most `limit` steps (a confused bot can wander until the level's step budget)."""
         _, bot = self.shadow_state()
         bot = copy.deepcopy(bot)  # its `mission` (the shadow env) is copied with it
         suggestion = self.shadow[3]
         for p in prims:
             bot.mission.step(p)
             suggestion = self.safe_replan(bot, p)
-        return simulate(bot, suggestion)
+        return simulate(bot, suggestion, limit)
 
     def shadow_state(self):
         """The expert's copy of this episode (same level and seed) and its BabyAIBot, brought up to
@@ -405,7 +407,7 @@ class BabyAIText:
     @staticmethod
     def safe_replan(bot, taken):
         try:
-            return bot.replan(taken)
+            return replan(bot, taken)
         except Exception:  # the bot cannot help from here (e.g. a box was opened)
             return LEFT
 
@@ -425,12 +427,35 @@ class BabyAIText:
         return f"{goal} {reason}".strip()
 
 
-def simulate(bot, action) -> tuple[list[int], list[tuple], bool]:
+class _Stack(list):
+    """BabyAIBot's subgoal stack with a bound on the subgoals one replan may push: in rare states
+    (UnlockToUnlock) the bot pushes and pops subgoals forever without choosing an action."""
+
+    budget = 0
+
+    def append(self, subgoal):
+        self.budget -= 1
+        if self.budget < 0:
+            raise RecursionError("BabyAIBot replanned without end")
+        super().append(subgoal)
+
+
+def replan(bot, taken):
+    """bot.replan(taken), raising RecursionError instead of replanning without end."""
+    if not isinstance(bot.stack, _Stack):
+        bot.stack = _Stack(bot.stack)
+    bot.stack.budget = MAX_PUSHES
+    return bot.replan(taken)
+
+
+def simulate(bot, action, limit: int | None = None) -> tuple[list[int], list[tuple], bool]:
     """Let BabyAIBot (on its own copy of the env, `bot.mission`) play from its suggestion `action`
-    to the end: (its primitives, the state signature before each and after the last, success)."""
+    to the end, or for `limit` steps: (its primitives, the state signature before each and after
+    the last, success)."""
     sim, acts, sigs = bot.mission, [], [signature(bot.mission)]
+    steps = max(0, sim.max_steps - sim.step_count)
     try:
-        for _ in range(max(0, sim.max_steps - sim.step_count)):
+        for _ in range(steps if limit is None else min(steps, limit)):
             if action == sim.actions.done:
                 break
             _, r, terminated, truncated, _ = sim.step(action)
@@ -438,7 +463,7 @@ def simulate(bot, action) -> tuple[list[int], list[tuple], bool]:
             sigs.append(signature(sim))
             if terminated or truncated:
                 return acts, sigs, r > 0
-            action = bot.replan(action)
+            action = replan(bot, action)
     except Exception:  # the bot gave up (an opened box, an assertion): what it planned so far
         pass
     return acts, sigs, False

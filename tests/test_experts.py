@@ -68,6 +68,14 @@ def test_babyai_expert_never_goes_round_in_circles_on_a_long_level(babyai):
     assert answer["done"] and answer["score"] > 0, actions
 
 
+def test_babyai_expert_answers_where_the_bot_would_replan_without_end(babyai):
+    """UnlockToUnlock, seed 10000: checking a shortcut leads BabyAIBot into a state where it pushes
+    and pops subgoals forever (every /expert call was a 504); its replanning is now bounded, that
+    shortcut is refused, and the level is solved within the 20-turn horizon."""
+    answer, actions = play(babyai, ENVS["babyai"], 400028, max_turns=20)
+    assert answer["done"] and answer["score"] > 0, actions
+
+
 def test_asking_the_babyai_expert_changes_nothing_the_agent_sees(babyai):
     """The expert plans on its own copies: the episode is where it was, and steps the same way."""
     def episode(ask: bool) -> list[str]:
