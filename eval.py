@@ -13,11 +13,14 @@ Writes <out>/summary.json, the same as tables to <out>/summary.md (also printed)
 trajectory to <out>/trajectories.jsonl (conversation, observations, actions, per-step rewards,
 outcome; with `--render true` on BabyAI a picture of every observation) and <out>/report.html,
 view.py's report of it all. pass@k is the unbiased estimator of Chen et al. (2021):
-1 - C(n-c, k) / C(n, k) per task, averaged, for k = 1, 2, 4, ... up to n samples.
+1 - C(n-c, k) / C(n, k) per task, averaged over the tasks that have at least k samples, for
+k = 1, 2, 4, ... up to n samples; a k that no task has k samples for (after environment errors,
+or in a category) is left out rather than reported as 0.
 
 An episode that ended in an environment error (a crashed server, a time-out) is not a failure of
-the agent: the rates are computed over the other episodes, and `errors` counts these (each is in
-trajectories.jsonl with its `error`). A `--url` that does not answer is an error before anything runs.
+the agent: it is left out of every rate (success, score, turns, pass@k), and `errors` counts these
+(each is in trajectories.jsonl with its `error`). A `--url` that does not answer is an error before
+anything runs.
 """
 
 import json
@@ -32,7 +35,7 @@ from tqdm import tqdm
 from machinery import dist
 import view
 from agent import Policy, Trajectory, rollout
-from config import AgentConfig, load_agent, parse, resolve_device, set_threads
+from config import AgentConfig, check_split, flag, load_agent, parse, problem, resolve_device, set_threads
 from envs import ENVS, EnvPool, EnvSpec, close_pool, open_pool, server_url
 
 
@@ -42,17 +45,17 @@ class EvalConfig(AgentConfig):
 
     split: str = "test"
     """a named split of the env (see envs.ENVS)"""
-    task_ids: str = ""
+    task_ids: str = flag("", check=lambda text: check_task_ids(text))
     """explicit data_idx list/ranges instead of a split, e.g. 0-99,200"""
-    n_samples: int = 1
+    n_samples: int = flag(1, at_least=1)
     """samples per task (for pass@k)"""
-    max_turns: int = 0
+    max_turns: int = flag(0, at_least=0)
     """turn limit; 0: the env's default horizon"""
-    sweep_max_turns: str = ""
+    sweep_max_turns: str = flag("", check=lambda text: check_sweep(text))
     """evaluate at each of these turn limits instead (e.g. 1,2,4,8,16): <out>/sweep.json and sweep.png"""
-    limit: int = 0
+    limit: int = flag(0, at_least=0)
     """use only the first N tasks (0: all)"""
-    parallel: int = 64
+    parallel: int = flag(64, at_least=1)
     """episodes in flight at once"""
     out: str = "runs/eval"
     """output folder: summary.json, summary.md, trajectories.jsonl, report.html"""
@@ -60,6 +63,14 @@ class EvalConfig(AgentConfig):
     """record a picture of every observation for view.py (BabyAI's minigrid frame; other envs have none)"""
     expert: bool = False
     """the env's expert plays instead of a model (POST /expert): its ceiling; its episodes are demonstrations"""
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not self.task_ids:
+            check_split(self.env, "split", self.split)
+        if self.render and self.env != "babyai":
+            raise ValueError(f"--render true: only the BabyAI server draws pictures of its observations, "
+                             f"not {self.env}")
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -70,13 +81,18 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def pass_at_ks(trajs, ks: list[int]) -> dict[str, float]:
-    """pass@k for each k, averaged over the tasks of `trajs` (each task's n samples)."""
+    """pass@k for each k, averaged over the tasks of `trajs` that have at least k samples (a task
+    that lost samples to environment errors counts only for k up to what it has left); a k that
+    no task has k samples for is left out (there is nothing to average, and 0 would read as a result)."""
     by_task = defaultdict(list)
     for t in trajs:
         by_task[t.task].append(t.success)
-    # (a task that lost samples to environment errors counts only for k up to what it has left)
-    return {str(k): float(np.mean([pass_at_k(len(v), sum(v), k) for v in by_task.values() if len(v) >= k]
-                                  or [0.0])) for k in ks}
+    out = {}
+    for k in ks:
+        have = [pass_at_k(len(v), sum(v), k) for v in by_task.values() if len(v) >= k]
+        if have:
+            out[str(k)] = float(np.mean(have))
+    return out
 
 
 def summarise(trajs, n_samples: int) -> dict:
@@ -127,10 +143,11 @@ def summary_table(summary: dict) -> str:
     out = [_markdown(head, body)]
     ks = list(summary.get("pass_at_k", {}))
     if ks:
-        body = [[name] + [f"{r.get('pass_at_k', {}).get(k, float('nan')):.3f}" for k in ks] for name, r in rows]
+        cell = lambda v: "-" if v is None else f"{v:.3f}"  # "-": no task of that row has k samples
+        body = [[name] + [cell(r.get("pass_at_k", {}).get(k)) for k in ks] for name, r in rows]
         out.append(_markdown(["pass@k"] + [f"k={k}" for k in ks], body))
     if summary.get("errors"):
-        out.append(f"{summary['errors']} episode(s) ended in an environment error (counted as failures).")
+        out.append(f"{summary['errors']} episode(s) ended in an environment error (left out of the rates).")
     return "\n\n".join(out)
 
 
@@ -212,6 +229,21 @@ def parse_task_ids(text: str) -> list[int]:
     return ids
 
 
+def check_task_ids(text: str) -> str | None:
+    """--task-ids: empty, or ids and ranges that parse_task_ids reads, none of them negative."""
+    try:
+        ids = parse_task_ids(text) if text else [0]
+    except ValueError:
+        ids = []
+    ok = ids and min(ids) >= 0
+    return None if ok else "expected comma-separated task ids (data_idx) and ranges a-b, e.g. 0-99,200"
+
+
+def check_sweep(text: str) -> str | None:
+    """--sweep-max-turns: empty, or comma-separated turn limits, each at least 1."""
+    return problem(text, items=int, at_least=1) if text else None
+
+
 def write_trajectories(path: str, trajs, step: int | None = None) -> None:
     """One JSON line per trajectory, as view.py reads it; `step`: the training step it came from.
     `observations` holds the first observation and the one after every action."""
@@ -226,6 +258,9 @@ def write_trajectories(path: str, trajs, step: int | None = None) -> None:
                 rec["frames"] = t.frames
             if step is not None:
                 rec["step"] = step
+                rec["group"] = t.group  # the rollouts of one task in one step: GRPO's group
+            if getattr(t, "credit", None):  # a saved training step: per turn, the advantage it got
+                rec["credit"] = t.credit
             f.write(json.dumps(rec) + "\n")
 
 
@@ -279,8 +314,6 @@ def main(argv=None):
     spec = ENVS[cfg.env]
     tasks = parse_task_ids(cfg.task_ids) if cfg.task_ids else spec.splits[cfg.split]
     tasks = tasks[:cfg.limit] if cfg.limit else tasks
-    if cfg.render and cfg.env != "babyai":
-        raise SystemExit("--render: only the BabyAI server draws pictures of its observations")
     set_threads(cfg, device)
     policy = None if cfg.expert else load_agent(cfg, here.device)
     os.makedirs(cfg.out, exist_ok=True)

@@ -20,15 +20,23 @@ and no extra rollouts (Feng et al., 2025; its section and equation numbers were 
 
   Step returns: the discounted return from turn t of trajectory i, with per-turn rewards
   r_t (here the outcome reward on the last turn, 0 before it, as everywhere in this project)
-      R_{i,t} = sum_{k >= t} gamma^(k - t) r_{i,k}
+      R_{i,t} = sum_{k >= t} gamma^(k - t) r_{i,k}                          (algorithm.returns_to_go)
 
   Step level: normalised within the step group S of turn (i, t)
       A^S_{i,t} = (R_{i,t} - mean_{(j,k) in S} R_{j,k}) / (std_{(j,k) in S} R_{j,k} + eps)
+                                             (grpo.group_advantages again, keyed by step group)
   A turn from a state no other rollout reached (a singleton group) has nothing to compare with and
   gets A^S = 0 (only the episode term); a step group whose returns are all equal gets A^S = 0.
 
   Combined, on every agent token of turn t of trajectory i:
       A_{i,t} = A^E_i + omega * A^S_{i,t}
+
+  `--step-norm mean` drops the division by the std at BOTH levels, A^E_i = R_i - mean_g R and
+  A^S = R_{i,t} - mean_S R, as verl-agent's mean-norm mode does (the paper reports both): rewards
+  [1, 0, 0, 0] give the first episode A^E = 0.75 (with std: 1.5).
+
+The loss is GRPO's (`grpo.loss`): the clipped surrogate plus the k3 KL to the reference model as a
+loss term (docs/algorithms-notes.md says where each algorithm puts the KL).
 
 The statistics are computed in float64 at both levels: in float32 the mean of eight equal rewards
 can differ from them by one ulp, and dividing that by a std of the same size (+ eps) turns "no
@@ -38,12 +46,10 @@ Reads cfg.step_weight (omega), cfg.step_gamma (gamma), cfg.step_norm, cfg.anchor
 cfg.group_std_eps, and GRPO's cfg.clip_ratio, cfg.kl_coef, cfg.entropy_coef (train.Config).
 """
 
-from collections import defaultdict
-
 import torch
 
 import grpo
-from algorithm import Algorithm
+from algorithm import Algorithm, returns_to_go
 
 
 def _babyai_state(obs: str) -> str:
@@ -63,33 +69,8 @@ ANCHOR_NORMALISERS = {
 # --- the math, on plain lists (one entry per trajectory) ---------------------------------------
 
 
-def discounted_returns(turn_rewards: list[float], gamma: float) -> list[float]:
-    """r_0..r_{T-1} -> R_0..R_{T-1}, R_t = r_t + gamma * R_{t+1}."""
-    out, running = [0.0] * len(turn_rewards), 0.0
-    for t in reversed(range(len(turn_rewards))):
-        running = turn_rewards[t] + gamma * running
-        out[t] = running
-    return out
-
-
-def normalise_in_groups(values: torch.Tensor, ids: list, eps: float = 1e-6, use_std: bool = True) -> torch.Tensor:
-    """(M,) values, M group keys -> (M,) float64 (x - mean_group) / (std_group + eps); a group of one
-    gets 0. Float64 so that equal values give (numerically) zero, see the module docstring."""
-    x = values.to(torch.float64)
-    out = torch.zeros_like(x)
-    members = defaultdict(list)
-    for m, key in enumerate(ids):
-        members[key].append(m)
-    for idx in members.values():
-        if len(idx) < 2:
-            continue  # nothing to compare with: no advantage at this level
-        v = x[idx]
-        centred = v - v.mean()
-        out[idx] = centred / (v.std() + eps) if use_std else centred
-    return out
-
-
-def step_group_ids(groups: list[int], anchors: list[list[str]], normaliser: str = "exact") -> list[list[tuple]]:
+def step_group_ids(groups: list[int], anchors: list[list[str]],
+                   normaliser: str = "exact") -> list[list[tuple]]:
     """Per trajectory, per turn: the key of its step-level group, (episode group, anchor state).
     Turns match only within their episode group (the same task in the same batch)."""
     norm = ANCHOR_NORMALISERS[normaliser]
@@ -101,13 +82,15 @@ def gigpo_advantages(rewards: list[float], groups: list[int], anchors: list[list
                      eps: float = 1e-6) -> list[list[float]]:
     """Outcome reward, group and per-turn anchor observations of each trajectory -> per trajectory,
     per turn, A_{i,t} = A^E_i + omega * A^S_{i,t}."""
-    a_ep = grpo.group_advantages(torch.tensor(rewards, dtype=torch.float64), torch.tensor(groups), eps)  # (N,)
+    std = step_norm == "std"
+    a_ep = grpo.group_advantages(torch.tensor(rewards, dtype=torch.float64), groups, eps, std)  # (N,)
     keys = step_group_ids(groups, anchors, normaliser)
     returns = []  # flat over (trajectory, turn); the outcome sits on the last turn
     for r, turns in zip(rewards, anchors):
-        returns += discounted_returns([0.0] * (len(turns) - 1) + [r], gamma) if turns else []
+        returns += returns_to_go(torch.tensor([0.0] * (len(turns) - 1) + [r], dtype=torch.float64),
+                                 gamma).tolist() if turns else []
     flat_keys = [k for ks in keys for k in ks]
-    a_step = normalise_in_groups(torch.tensor(returns, dtype=torch.float64), flat_keys, eps, step_norm == "std")
+    a_step = grpo.group_advantages(torch.tensor(returns, dtype=torch.float64), flat_keys, eps, std)
     out, m = [], 0
     for n, turns in enumerate(anchors):
         out.append([float(a_ep[n] + omega * a_step[m + t]) for t in range(len(turns))])

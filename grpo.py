@@ -34,23 +34,31 @@ with the per-token average taken over all agent tokens of the minibatch ("token-
     kl       = exp(ref_logp - logp) - (ref_logp - logp) - 1                   # k3, eq. 4
     loss     = pg_loss + kl_coef * kl - entropy_coef * entropy               # token-means
 
-Reads cfg.group_std_eps, cfg.clip_ratio, cfg.kl_coef, cfg.entropy_coef (train.Config).
+Reads cfg.group_std_eps, cfg.clip_ratio (and cfg.clip_ratio_high: DAPO's clip-higher, the upper
+end 1 + clip_ratio_high; docs/algorithms-notes.md), cfg.kl_coef, cfg.entropy_coef (train.Config).
 """
+
+from collections import defaultdict
 
 import torch
 
 from algorithm import Algorithm, clipped_policy_loss
 
 
-def group_advantages(rewards: torch.Tensor, groups: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """(N,) outcome rewards, (N,) group ids -> (N,) GRPO advantages (statistics in float64)."""
-    rewards64 = rewards.double()
-    adv = torch.zeros_like(rewards64)
-    for g in groups.unique():
-        idx = groups == g
-        r = rewards64[idx]
-        std = r.std() if r.numel() > 1 else torch.zeros((), dtype=torch.float64)
-        adv[idx] = (r - r.mean()) / (std + eps)
+def group_advantages(rewards: torch.Tensor, groups, eps: float = 1e-6, use_std: bool = True) -> torch.Tensor:
+    """(N,) rewards, N group keys (a tensor of ids, or any hashable keys such as GiGPO's (group,
+    state) pairs) -> (N,) GRPO advantages (R - mean_g) / (std_g + eps), statistics in float64;
+    `use_std=False`: R - mean_g (GiGPO's mean-norm). A group of one gets 0."""
+    x = rewards.double()
+    adv = torch.zeros_like(x)
+    members = defaultdict(list)
+    for i, key in enumerate(groups.tolist() if torch.is_tensor(groups) else groups):
+        members[key].append(i)
+    for idx in members.values():
+        if len(idx) < 2:
+            continue  # nothing to compare with
+        r = x[idx]
+        adv[idx] = (r - r.mean()) / (r.std() + eps) if use_std else r - r.mean()
     return adv.to(rewards.dtype)
 
 
@@ -82,7 +90,8 @@ def rloo_advantages_for(batch, cfg, state=None) -> None:
 def loss(logp: torch.Tensor, entropy: torch.Tensor | None, mb, cfg, state=None):
     """-J_GRPO (DeepSeekMath, eq. 3, token-mean; this file's docstring) on minibatch `mb`, by
     `algorithm.clipped_policy_loss`; logp, entropy: (B, T). Returns (loss, stats)."""
-    return clipped_policy_loss(logp, entropy, mb, mb.advantages, cfg.clip_ratio, cfg.kl_coef, cfg.entropy_coef)
+    return clipped_policy_loss(logp, entropy, mb, mb.advantages, cfg.clip_ratio, cfg.kl_coef,
+                               cfg.entropy_coef, cfg.clip_ratio_high)
 
 
 GRPO = Algorithm(advantages=advantages, loss=loss)

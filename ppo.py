@@ -42,11 +42,25 @@ value loss (their eq. 9 adds an unclipped one; the clip is verl's and the baseli
     pg_loss  = max(-A * ratio, -A * clip(ratio, 1 - clip_ratio, 1 + clip_ratio))
     v_clip   = V_old + clip(V - V_old, -vf_clip, vf_clip)
     v_loss   = 0.5 * max((V - G)^2, (v_clip - G)^2)
-    kl       = exp(ref_logp - logp) - (ref_logp - logp) - 1     (k3, a loss term as in grpo.py)
+    kl       = exp(ref_logp - logp) - (ref_logp - logp) - 1     (k3, a loss term as in grpo.py; clamped)
     loss     = pg_loss + vf_coef * v_loss + kl_coef * kl - entropy_coef * entropy
 
+Where the KL goes: here, as in grpo.py, the k3 estimate of KL(pi || pi_ref) is a loss term
+(`algorithm.clipped_policy_loss`), so that PPO and GRPO differ only in the advantage. AgentGym-RL's
+PPO (verl's KL penalty in the reward) instead subtracts kl_coef times the k1 estimate,
+log(pi_old/pi_ref), from each token's reward before GAE, as reinforce_pp.py here does
+(docs/algorithms-notes.md).
+
+The critic learns at its own rate: --critic-lr, by default 0: AgentGym-RL's 1e-5 (CRITIC_LR, ten
+times the policy's 1e-6), or the policy's own lr where that is larger (the tiny policy's 5e-4). A
+zero-initialised head at the policy's 1e-6 would keep V near 0, and PPO would be whitened
+REINFORCE. Its forward at rollout (the baseline and the value clip's anchor) runs in the update's
+micro-batches (--micro-batch-size, --micro-batch-tokens), as the policy's and the reference's do;
+in the loss it sees the micro-batch the policy sees.
+
 Reads cfg.gamma, cfg.lam, cfg.norm_adv, cfg.whiten_eps, cfg.vf_coef, cfg.vf_clip, cfg.critic_lr,
-cfg.clip_ratio, cfg.kl_coef, cfg.entropy_coef (train.Config).
+cfg.clip_ratio, cfg.clip_ratio_high, cfg.kl_coef, cfg.entropy_coef, cfg.micro_batch_size,
+cfg.micro_batch_tokens (train.Config).
 """
 
 import copy
@@ -54,8 +68,15 @@ import copy
 import torch
 import torch.nn as nn
 
-from algorithm import Algorithm, State, clipped_policy_loss, global_masked_moments, masked_mean
-from batch import agent_tokens
+from algorithm import (
+    Algorithm,
+    State,
+    clipped_policy_loss,
+    global_masked_moments,
+    masked_mean,
+    outcome_on_last_token,
+)
+from batch import micro_batches
 from machinery.logprobs import position_ids, predicting_positions
 
 
@@ -78,15 +99,35 @@ class Critic(nn.Module):
         device = self.head.weight.device
         ids, attn = batch.input_ids.to(device), batch.attention_mask.to(device)
         rows, cols = predicting_positions(batch.loss_mask.to(device))
-        h = self.backbone(input_ids=ids, attention_mask=attn, position_ids=position_ids(attn)).last_hidden_state
+        pos = position_ids(attn)
+        h = self.backbone(input_ids=ids, attention_mask=attn, position_ids=pos).last_hidden_state  # (B, T, H)
         v = self.head(h[rows, cols - 1].float()).squeeze(-1)  # (N,): the prefix x_<t, (B, T, H) -> (N,)
         return torch.zeros(batch.loss_mask.shape, device=device).index_put((rows, cols), v)
+
+
+CRITIC_LR = 1e-5  # AgentGym-RL's critic learning rate (ten times its policy's 1e-6)
+
+
+def critic_lr(cfg, lr: float) -> float:
+    """--critic-lr, or (0) the larger of AgentGym-RL's CRITIC_LR and the policy's `lr`."""
+    return cfg.critic_lr or max(CRITIC_LR, lr)
 
 
 def init(policy_model: nn.Module, cfg, lr: float) -> State:
     """The critic (from the policy's current backbone) and its own optimizer."""
     critic = Critic(policy_model)
-    return State("critic", critic, torch.optim.AdamW(critic.parameters(), lr=cfg.critic_lr or lr))
+    return State("critic", critic, torch.optim.AdamW(critic.parameters(), lr=critic_lr(cfg, lr)))
+
+
+@torch.no_grad()
+def critic_values(critic: nn.Module, batch, cfg) -> torch.Tensor:
+    """(B, T) the critic's values of the whole batch, computed in the update's micro-batches (one
+    micro-batch's activations alive at a time, as for the policy and the reference)."""
+    out = torch.zeros_like(batch.loss_mask)
+    for rows, micro in micro_batches(batch, cfg.micro_batch_size, cfg.micro_batch_tokens):
+        v = critic(micro)  # (b, t), t <= T
+        out[rows, :v.shape[1]] = v.float().cpu()
+    return out
 
 
 def gae(rewards: torch.Tensor, values: torch.Tensor, gamma: float, lam: float):
@@ -107,17 +148,11 @@ def advantages(batch, cfg, state: State | None = None) -> None:
     batch.advantages and batch.returns (B, T) from batch.rewards (N,). Without a state the values
     already in batch.values are used (None: a zero critic). Zero off the agent tokens."""
     if state is not None:
-        with torch.no_grad():
-            batch.values = state.model(batch)
+        batch.values = critic_values(state.model, batch, cfg)
     values = batch.values.float().cpu() if batch.values is not None else torch.zeros_like(batch.loss_mask)
     adv = torch.zeros_like(batch.loss_mask)  # (B, T)
     ret = torch.zeros_like(batch.loss_mask)
-    for n in range(len(batch.rewards)):
-        b, t = agent_tokens(batch, n)
-        if len(b) == 0:
-            continue
-        r = torch.zeros(len(b))  # (n_agent,)
-        r[-1] = batch.rewards[n]  # the outcome, on the last agent token
+    for b, t, r in outcome_on_last_token(batch):  # each trajectory's agent tokens, R on the last
         a, g = gae(r, values[b, t], cfg.gamma, cfg.lam)
         adv[b, t], ret[b, t] = a, g
     batch.values = values * batch.loss_mask
@@ -143,9 +178,8 @@ def value_loss(values: torch.Tensor, mb, cfg):
     with torch.no_grad():
         stats["losses/value_loss"] = v_loss.item()
         stats["losses/vf_clipfrac"] = masked_mean(((values - old_v).abs() > cfg.vf_clip).float(), mv).item()
-        var_ret = masked_mean((ret - masked_mean(ret, mv)) ** 2, mv)
-        err = ret - old_v
-        var_err = masked_mean((err - masked_mean(err, mv)) ** 2, mv)
+        _, var_ret = global_masked_moments(ret, mv)  # over every process's micro-batch (machinery/dist.py)
+        _, var_err = global_masked_moments(ret - old_v, mv)
         stats["losses/explained_variance"] = (1 - var_err / var_ret).item() if var_ret > 0 else 0.0
     return v_loss, stats
 
@@ -154,7 +188,7 @@ def loss(logp: torch.Tensor, entropy: torch.Tensor | None, mb, cfg, state: State
     """The shared clipped policy loss on (whitened) advantages, plus vf_coef times the clipped
     value loss of the critic's fresh values (when there is a critic). Returns (loss, stats)."""
     total, stats = clipped_policy_loss(logp, entropy, mb, mb.advantages, cfg.clip_ratio, cfg.kl_coef,
-                                       cfg.entropy_coef)
+                                       cfg.entropy_coef, cfg.clip_ratio_high)
     if state is not None:
         v_loss, v_stats = value_loss(state.model(mb), mb, cfg)
         total = total + cfg.vf_coef * v_loss.to(logp.device)

@@ -9,10 +9,11 @@ This file never talks to an environment.
 The steps are the agent's tokens only: a trajectory's agent tokens, in the order they were
 sampled, are the loss-mask-1 positions of its rows in turn order, a_0 ... a_{n-1}; observation
 and template tokens are skipped. The KL to the reference model is folded into the reward, per
-token (the k1 estimator, at sampling time), and the outcome R sits on the LAST AGENT token:
+token (the k1 estimator, at sampling time; GRPO, GiGPO and PPO here add a k3 loss term instead:
+docs/algorithms-notes.md), and the outcome R sits on the LAST AGENT token:
 
     r_k = -kl_coef * (old_logp_k - ref_logp_k)  +  [k = n-1] * R
-    G_k = sum_{j >= k} gamma^(j-k) r_j                              (return-to-go)
+    G_k = sum_{j >= k} gamma^(j-k) r_j                              (return-to-go: algorithm.returns_to_go)
     A   = (G - mean(G)) / std(G)         over ALL agent tokens of the batch (global whitening;
                                      with several processes, of every process's part: machinery/dist.py)
 
@@ -29,34 +30,25 @@ Reads cfg.kl_coef, cfg.gamma, cfg.whiten_eps, cfg.clip_ratio, cfg.entropy_coef (
 
 import torch
 
-from algorithm import Algorithm, clipped_policy_loss, global_masked_moments, masked_mean
-from batch import agent_tokens
-
-
-def returns_to_go(rewards: torch.Tensor, gamma: float) -> torch.Tensor:
-    """(n,) per-token rewards of one trajectory -> (n,) G_k = r_k + gamma * G_{k+1}."""
-    out = torch.zeros(len(rewards))
-    running = 0.0
-    for k in reversed(range(len(rewards))):
-        running = rewards[k] + gamma * running
-        out[k] = running
-    return out
+from algorithm import (
+    Algorithm,
+    clipped_policy_loss,
+    global_masked_moments,
+    masked_mean,
+    outcome_on_last_token,
+    returns_to_go,
+)
 
 
 def advantages(batch, cfg, state=None) -> None:
     """Fill batch.returns (B, T, the raw G) and batch.advantages (B, T, G whitened over the
     batch's agent tokens). Zero off the agent tokens."""
     ret = torch.zeros_like(batch.loss_mask)  # (B, T)
-    for n in range(len(batch.rewards)):
-        b, t = agent_tokens(batch, n)
-        if len(b) == 0:
-            continue
-        r = torch.zeros(len(b))  # (n_agent,)
-        if batch.ref_logprobs is not None and cfg.kl_coef:
-            r = -cfg.kl_coef * (batch.old_logprobs[b, t] - batch.ref_logprobs[b, t].cpu())
-        r[-1] += batch.rewards[n]  # the outcome, on the last agent token
+    for b, t, r in outcome_on_last_token(batch):  # each trajectory's agent tokens, R on the last
+        if batch.ref_logprobs is not None and cfg.kl_coef:  # minus the k1 KL on every agent token
+            r = r - cfg.kl_coef * (batch.old_logprobs[b, t] - batch.ref_logprobs[b, t].cpu())
         ret[b, t] = returns_to_go(r, cfg.gamma)
-    mean, var = global_masked_moments(ret, batch.loss_mask)  # over every process's agent tokens (machinery/dist.py)
+    mean, var = global_masked_moments(ret, batch.loss_mask)  # every process's tokens (machinery/dist.py)
     batch.returns = ret
     batch.advantages = ((ret.double() - mean) * torch.rsqrt(var + cfg.whiten_eps)).float() * batch.loss_mask
 
@@ -64,11 +56,12 @@ def advantages(batch, cfg, state=None) -> None:
 def loss(logp: torch.Tensor, entropy: torch.Tensor | None, mb, cfg, state=None):
     """The shared clipped policy loss with no KL term + entropy bonus; logp, entropy: (B, T).
     Returns (loss, stats)."""
-    total, stats = clipped_policy_loss(logp, entropy, mb, mb.advantages, cfg.clip_ratio,
-                                       kl_coef=0.0, entropy_coef=cfg.entropy_coef)
+    total, stats = clipped_policy_loss(logp, entropy, mb, mb.advantages, cfg.clip_ratio, kl_coef=0.0,
+                                       entropy_coef=cfg.entropy_coef, clip_ratio_high=cfg.clip_ratio_high)
     if mb.ref_logprobs is not None:  # the KL that went into the reward (k1, sampling policy)
         m = mb.loss_mask.to(logp.device)
-        stats["losses/kl"] = masked_mean(mb.old_logprobs.to(logp.device) - mb.ref_logprobs.to(logp.device), m).item()
+        k1 = mb.old_logprobs.to(logp.device) - mb.ref_logprobs.to(logp.device)
+        stats["losses/kl"] = masked_mean(k1, m).item()
     return total, stats
 
 

@@ -130,6 +130,7 @@ def build_tiny_policy(env: str, path: str, seed: int = 0, warmup_steps: int = 20
 
     from tqdm import tqdm
 
+    caller_rng = torch.get_rng_state()  # building here must not change the run that asked for it
     torch.manual_seed(seed)
     rng = random.Random(seed)
     states = _random_states(env, episodes=episodes, max_turns=6, seed=seed)
@@ -162,3 +163,4 @@ def build_tiny_policy(env: str, path: str, seed: int = 0, warmup_steps: int = 20
     os.makedirs(path, exist_ok=True)
     model.save_pretrained(path)
     tok.save_pretrained(path)
+    torch.set_rng_state(caller_rng)

@@ -11,6 +11,7 @@ The loop, one step at a time (paper, section 2):
     3. advantages from the outcome rewards                           (grpo.py / ppo.py / ...)
     4. `epochs` passes of clipped-ratio updates over minibatches     (the same file's loss)
     5. log to <out>/metrics.jsonl (and TensorBoard), checkpoint to <out>/checkpoint
+       (with the step's learning signals and alarms: machinery/signals.py, docs/signals.md)
 The default run also evaluates the policy on the held-out test split before and after training
 and writes both to <out>/summary.json (`eval_before`, `eval_after`, same keys as eval.py), their
 episodes to <out>/eval_before/ and <out>/eval_after/, and at the end <out>/report.html (view.py:
@@ -54,14 +55,15 @@ import reinforce_pp
 import tiny
 import view
 from agent import Policy, rollout
-from algorithm import Algorithm, load_state, save_state
-from batch import Batch, make_batch, token_logprobs
+from algorithm import Algorithm, dynamic_sampling, load_state, mask_truncated, save_state
+from batch import Batch, make_batch, micro_batches, token_logprobs
 from machinery.logprobs import LogprobForward
 from benchmarks.binding_probe import binding, collect_states, probe_tasks
-from config import AgentConfig, load_agent, parse, resolve_device, set_threads
+from config import AgentConfig, check_split, flag, load_agent, parse, resolve_device, set_threads
 from envs import ENVS, EnvPool, EnvSpec, close_pool, open_pool, server_url
 from eval import evaluate, write_trajectories
 from scaling_inter import adaptive, staged
+from machinery import signals
 from machinery.timing import timed
 
 # Each algorithm is an `algorithm.Algorithm` (advantages, loss, optional state): see its file.
@@ -80,21 +82,21 @@ MAX_FAILED_STEPS = 3  # consecutive steps whose every episode hit an environment
 class Config(AgentConfig):
     """Every knob of a training run: the agent's (config.AgentConfig), the loop's, the algorithms'."""
 
-    algo: str = "grpo"
+    algo: str = flag("grpo", choices=list(ALGOS))
     """algorithm: one of ALGOS (grpo, rloo, ppo, reinforce_pp, gigpo)"""
-    steps: int = 50
+    steps: int = flag(50, at_least=1)
     """training steps (one rollout batch + update each)"""
     out: str = "runs/default"
     """output folder: metrics.jsonl, summary.json, checkpoint/, curves.png, report.html, eval_before/, eval_after/"""
-    rounds: str = "3,5"
+    rounds: str = flag("3,5", items=int, at_least=1)
     """ScalingInter-RL horizon stages h1,h2,... (one value: a fixed horizon)"""
-    steps_per_stage: int = 25
+    steps_per_stage: int = flag(25, at_least=1)
     """training steps per horizon stage"""
-    schedule: str = "staged"
+    schedule: str = flag("staged", choices=("staged", "adaptive"))
     """horizon schedule over --rounds: staged (every --steps-per-stage steps) or adaptive (scaling_inter.py)"""
-    adapt_window: int = 5
+    adapt_window: int = flag(5, at_least=1)
     """adaptive schedule: W, steps averaged on each side of its plateau test"""
-    adapt_cut_share: float = 0.5
+    adapt_cut_share: float = flag(0.5, at_least=0, at_most=1)
     """adaptive schedule: lengthen only when at least this share of episodes hit the horizon"""
     adapt_min_gain: float = 0.02
     """adaptive schedule: success rising by less than this over W steps counts as a plateau"""
@@ -102,82 +104,122 @@ class Config(AgentConfig):
     """task split to train on"""
     test_split: str = "test"
     """held-out split for eval_before / eval_after"""
-    tasks_per_step: int = 8
+    tasks_per_step: int = flag(8, at_least=1)
     """distinct tasks per step (with N processes: in all, each process rolling out about 1/N of them)"""
-    group_size: int = 8
+    group_size: int = flag(8, at_least=1)
     """rollouts per task (GRPO's group n)"""
-    epochs: int = 1
+    epochs: int = flag(1, at_least=1)
     """passes over each rollout batch"""
-    minibatch_size: int = 64
+    minibatch_size: int = flag(64, at_least=1)
     """trajectories per minibatch (at most; the batch is cut into equal minibatches; with N processes: of the global batch)"""
-    lr: float = 0.0
+    lr: float = flag(0.0, at_least=0)
     """learning rate; 0: tiny.LR (5e-4) for tiny, 1e-6 for real models (the paper's)"""
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = flag(1.0, above=0)
     """gradient clipping (the policy's, and the critic's separately)"""
-    clip_ratio: float = 0.2
-    """all algorithms: clip range eps of the policy ratio (PPO, eq. 7)"""
-    kl_coef: float = 0.001
+    clip_ratio: float = flag(0.2, above=0)
+    """all algorithms: clip range eps of the policy ratio (PPO, eq. 7); with --clip-ratio-high, the lower one"""
+    clip_ratio_high: float = flag(0.0, at_least=0)
+    """all algorithms: upper clip range eps_high, the ratio clipped to [1 - clip_ratio, 1 + eps_high] (DAPO's clip-higher, e.g. 0.28); 0: clip_ratio"""
+    dynamic_sampling: bool = False
+    """drop groups whose rewards are all equal (no GRPO signal) and roll out more groups to refill the batch (DAPO's dynamic sampling)"""
+    dynamic_max_rounds: int = flag(3, at_least=1)
+    """dynamic sampling: extra rollouts per step at most; then train on what was kept (logged as dynamic/rounds)"""
+    overlong_filter: bool = False
+    """leave episodes with a reply cut at --max-new-tokens out of the loss (DAPO's overlong filtering; their reward still counts in the group's baseline)"""
+    kl_coef: float = flag(0.001, at_least=0)
     """all algorithms: weight of the KL to the frozen reference model (k3 loss term; REINFORCE++: in the reward); 0: no reference model"""
     entropy_coef: float = 0.001
     """all algorithms: weight of the entropy bonus"""
-    group_std_eps: float = 1e-6
+    group_std_eps: float = flag(1e-6, at_least=0)
     """grpo: added to the group's reward std"""
-    gamma: float = 1.0
+    gamma: float = flag(1.0, at_least=0, at_most=1)
     """ppo, reinforce_pp: discount per agent token"""
-    lam: float = 1.0
+    lam: float = flag(1.0, at_least=0, at_most=1)
     """ppo: GAE lambda"""
     norm_adv: bool = True
     """ppo: whiten the advantages over the batch's agent tokens (verl's masked_whiten)"""
-    whiten_eps: float = 1e-8
+    whiten_eps: float = flag(1e-8, at_least=0)
     """ppo, reinforce_pp: added to the std (ppo) or the variance (reinforce_pp) when whitening"""
-    vf_coef: float = 0.5
+    vf_coef: float = flag(0.5, at_least=0)
     """ppo: weight of the value loss"""
-    vf_clip: float = 0.5
+    vf_clip: float = flag(0.5, above=0)
     """ppo: clip range of the new values around the old ones (verl's cliprange_value)"""
-    step_weight: float = 1.0
+    step_weight: float = flag(1.0, at_least=0)
     """gigpo: omega, weight of the step-level (anchor-state) advantage (GiGPO, Feng et al., 2025)"""
-    step_gamma: float = 0.95
+    step_gamma: float = flag(0.95, at_least=0, at_most=1)
     """gigpo: gamma, discount per turn of the step returns (GiGPO, Feng et al., 2025)"""
-    step_norm: str = "std"
+    step_norm: str = flag("std", choices=("std", "mean"))
     """gigpo: step-level normalisation, std ((R - mean) / std, the paper's) or mean (R - mean)"""
-    anchor_normaliser: str = "exact"
+    anchor_normaliser: str = flag("exact", choices=list(gigpo.ANCHOR_NORMALISERS))
     """gigpo: how observations match into anchor states: exact, whitespace, or babyai (drops the server's notes)"""
-    critic_lr: float = 0.0
-    """ppo: learning rate of the critic; 0: the policy's"""
-    probe_every: int = 0
+    critic_lr: float = flag(0.0, at_least=0)
+    """ppo: learning rate of the critic; 0: AgentGym-RL's 1e-5, or the policy's lr where larger (tiny)"""
+    probe_every: int = flag(0, at_least=0)
     """BabyAI: log the mission-binding probe (benchmarks/binding_probe.py) every N steps; 0: never"""
-    probe_states: int = 100
+    probe_states: int = flag(100, at_least=1)
     """held-out GoToLocal tasks the probe reads"""
-    eval_episodes: int = 200
+    eval_episodes: int = flag(200, at_least=0)
     """test tasks for eval_before / eval_after (0: skip)"""
-    eval_samples: int = 1
+    eval_samples: int = flag(1, at_least=1)
     """episodes per test task at eval_before / eval_after (a small test split needs several)"""
-    eval_max_turns: int = 0
+    eval_max_turns: int = flag(0, at_least=0)
     """max turns at evaluation; 0: the schedule's last horizon"""
-    eval_every: int = 0
+    eval_every: int = flag(0, at_least=0)
     """also evaluate on the test split every N steps (logged as eval/success, eval/turns); 0: never"""
-    save_every: int = 20
+    save_every: int = flag(20, at_least=1)
     """checkpoint every N steps (and at the end)"""
-    save_rollouts_every: int = 0
+    save_rollouts_every: int = flag(0, at_least=0)
     """write every Nth step's rollouts to <out>/rollouts/step_N.jsonl, to watch them in view.py (0: never)"""
-    resume: str = ""
+    resume: str = flag("", check=lambda path: check_checkpoint(path))
     """checkpoint folder to continue from (model, optimizer, algorithm state, step, RNG)"""
-    mixed_precision: str = "no"
+    mixed_precision: str = flag("no", choices=("no", "fp16", "bf16"))
     """Accelerate mixed precision: no, fp16, bf16 (autocast; the trained weights stay float32)"""
-    generation_batch_size: int = 256
+    generation_batch_size: int = flag(256, at_least=1)
     """episodes that generate at once at rollout (their KV caches share the memory); the rest wait"""
-    micro_batch_size: int = 0
+    micro_batch_size: int = flag(0, at_least=0)
     """rows per forward/backward at most; a minibatch's gradients are accumulated over them (the step is the same); 0: no row limit"""
-    micro_batch_tokens: int = 4096
+    micro_batch_tokens: int = flag(4096, at_least=0)
     """padded tokens per forward/backward at most (rows x the longest row; rows sorted by length fill micro-batches up to it, a longer row goes alone); 0: no limit"""
     gradient_checkpointing: bool = False
     """recompute each layer's activations in backward instead of keeping them (less memory, ~1/3 more compute)"""
-    ref_device: str = "auto"
+    ref_device: str = flag("auto", choices=("auto", "cpu"))
     """where the frozen reference model lives: auto (the policy's device) or cpu"""
-    lora_rank: int = 0
+    lora_rank: int = flag(0, at_least=0)
     """train rank-R LoRA adapters (machinery/lora.py) instead of all weights; the reference is the base with adapters off; 0: off"""
-    lora_alpha: float = 0.0
+    lora_alpha: float = flag(0.0, at_least=0)
     """LoRA scale alpha (the update is alpha / rank * B A); 0: 2 * rank"""
+    stop_on_alarm: bool = False
+    """stop the run (after logging the step) when an alarm fires (machinery/signals.py); default: warn and go on"""
+    alarm_patience: int = flag(3, at_least=1)
+    """steps in a row a slow condition (no signal, echo, invalid actions) must hold before its alarm fires"""
+    alarm_flat_share: float = flag(0.9, at_least=0, at_most=1)
+    """no-signal alarm: a step has no signal when at least this share of its groups have all-equal rewards"""
+    alarm_identical: float = flag(0.95, at_least=0, at_most=1)
+    """echo alarm: share of a group's replies identical to another rollout's at the same turn"""
+    alarm_entropy_drop: float = flag(0.1, at_least=0, at_most=1)
+    """echo alarm, entropy collapse: entropy below this fraction of its level over the first steps"""
+    alarm_kl: float = flag(0.5, at_least=0)
+    """KL alarm: bound on the KL to the reference model (losses/kl)"""
+    alarm_kl_jump: float = flag(0.15, at_least=0)
+    """KL alarm: bound on the KL to the reference's rise from one step to the next (one update's blow-up)"""
+    alarm_approx_kl: float = flag(0.1, at_least=0)
+    """KL alarm: bound on one update's approx KL, old to new policy (losses/approx_kl)"""
+    alarm_invalid: float = flag(0.3, at_least=0, at_most=1)
+    """invalid-action alarm: share of turns without a valid action"""
+    alarm_invalid_rise: float = flag(0.2, at_least=0, at_most=1)
+    """invalid-action alarm: also fires when that share rose this much above its level over the first steps"""
+    alarm_cut: float = flag(0.1, at_least=0, at_most=1)
+    """cut alarm: share of replies cut at --max-new-tokens"""
+    alarm_env_errors: float = flag(0.05, at_least=0, at_most=1)
+    """environment-error alarm: fires above this share of a step's episodes ending in an environment error"""
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_split(self.env, "train_split", self.train_split)
+        check_split(self.env, "test_split", self.test_split)
+        if self.group_size < 2 and self.algo in ("grpo", "rloo", "gigpo"):
+            raise ValueError(f"--group-size {self.group_size}: {self.algo} compares the samples of a task's "
+                             "group, so it needs at least 2 (ppo and reinforce_pp learn from 1)")
 
 
 def parse_args(argv=None) -> Config:
@@ -218,42 +260,54 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
             # 1. horizon: the ScalingInter-RL stage of this step (the adaptive schedule reads the history)
             horizon = run.schedule.horizon(step, run.history)
             # 2. rollout: tasks_per_step tasks x group_size samples, at most `horizon` turns each
-            tasks = random.sample(run.train_tasks, cfg.tasks_per_step)  # the same on every process
-            mine = [g for g in dist.shard(list(range(len(tasks)))) for _ in range(cfg.group_size)]  # whole groups
             policy.model.eval()
-            with timed(tm, "rollout"), dist.full_weights(forward):
-                episodes = rollout(policy, run.pool, run.spec, [tasks[g] for g in mine], horizon, groups=mine,
-                                   batch_size=cfg.generation_batch_size, timings=tm)
-            t_roll = time.time() - t0
+            episodes = roll_groups(run, horizon, tm)
             trajs = usable(episodes, step)  # all the episodes are saved; these train
             n_errors = dist.global_sum(len(episodes) - len(trajs))
+            extra = {}  # DAPO's batch filters (algorithm.py), off by default
+            if cfg.dynamic_sampling:  # groups with no reward spread out, fresh groups in
+                trajs, extra = refill(run, trajs, step, horizon, tm)
+            t_roll = time.time() - t0
             if skip_failed_step(run, step, horizon, trajs, n_errors):
                 continue
             # 3. advantages from the outcome rewards (the KL term's reference log-probs first)
             with timed(tm, "make_batch"):
                 batch = make_batch(trajs, policy.tokenizer.pad_token_id)
+            if cfg.overlong_filter:  # no loss on an episode with a reply cut at --max-new-tokens
+                cut = [t.truncated > 0 for t in trajs]
+                extra["charts/overlong_masked"] = dist.global_sum(mask_truncated(batch, cut))
             t_update = time.time()
             if cfg.kl_coef:
                 with timed(tm, "reference"), accelerator.autocast(), lora.reference(policy.model), \
                         dist.full_weights(forward):
                     batch.ref_logprobs = reference_logprobs(run.ref_model or policy.model, batch, cfg)
-            with timed(tm, "advantages"), accelerator.autocast():  # an algorithm's own model reads the batch here
+            # (an algorithm with a model of its own, PPO's critic, reads the batch here)
+            with timed(tm, "advantages"), accelerator.autocast():
                 algo.advantages(batch, cfg, state)
             # 4. update: `epochs` passes of clipped-ratio steps over minibatches
             policy.model.train()
             stats = update(forward, batch, len(trajs), algo, cfg, state, accelerator, run.trained, tm)
+            signals.check_finite(policy.model, step)  # NaN weights stop the run here, never saved
             # 5. log (with the periodic evaluation), checkpoint
             gen_tokens = int(dist.global_sum(int(batch.loss_mask.sum())))
-            m = step_metrics(run, step, horizon, trajs, batch, stats, gen_tokens, n_errors, t0, t_roll, t_update)
+            m = step_metrics(run, step, horizon, trajs, batch, {**stats, **extra}, gen_tokens, n_errors,
+                             t0, t_roll, t_update)
+            m.update(signals.step_signals(dist.gather(signals.episode_facts(episodes)), batch))  # signals.py
             m.update(evaluation(run, "step", step))
-            log_step(run, m, episodes)
-            bar.set_postfix(h=horizon, succ=f"{m['charts/success']:.2f}", turns=f"{m['charts/turns']:.1f}")
+            fired = log_step(run, m, episodes, batch, trajs)
+            bar.set_postfix(h=horizon, succ=f"{m['charts/success']:.2f}", turns=f"{m['charts/turns']:.1f}",
+                            flat=f"{m['signals/flat_groups']:.2f}", alarms=len(fired))
             if step % cfg.save_every == 0 or step == cfg.steps:
                 with timed(tm, "checkpoint"):
-                    save_checkpoint(cfg, accelerator, policy, forward, run.optimizer, step, run.ref_path, state)
+                    save_checkpoint(cfg, accelerator, policy, forward, run.optimizer, step, run.ref_path,
+                                    state)
             if profile is not None:
                 profile.append({"step": step, "horizon": horizon, "episodes": len(trajs),
                                 "agent_tokens": gen_tokens, "total": time.time() - t0, **tm})
+            if fired and cfg.stop_on_alarm:  # an alarm stops the run only when asked to
+                if run.main:
+                    tqdm.write(f"stopping after step {step}: --stop-on-alarm ({', '.join(fired)})")
+                break
         evaluation(run, "after")
     finally:
         close_pool(run.pool)
@@ -297,11 +351,8 @@ def setup(cfg: Config) -> Run:
     """Seeds, the policy, its reference and optimizer, the algorithm's state, the environments and
     the output folder, in an order a --seed reproduces; with --resume, all of it as the checkpoint
     left it (its step, RNG streams, optimizer and algorithm state; metrics.jsonl trimmed back)."""
-    os.makedirs(cfg.out, exist_ok=True)
     seed_everything(cfg.seed)  # python's `random`, which picks the tasks, is the same on every process
     spec = ENVS[cfg.env]
-    if cfg.schedule not in ("staged", "adaptive"):
-        raise ValueError(f"--schedule must be staged or adaptive, got {cfg.schedule!r}")
     rounds = [int(h) for h in cfg.rounds.split(",")]
     schedule = (adaptive(rounds, cfg.adapt_window, cfg.adapt_cut_share, cfg.adapt_min_gain)
                 if cfg.schedule == "adaptive" else staged(rounds, cfg.steps_per_stage))
@@ -309,6 +360,7 @@ def setup(cfg: Config) -> Run:
     set_threads(cfg, device)
     accelerator = Accelerator(mixed_precision=cfg.mixed_precision, cpu=device == "cpu")
     url = server_url(cfg.url, dist.rank())  # a dead --url is a clear error before anything else runs
+    os.makedirs(cfg.out, exist_ok=True)
     main = accelerator.is_main_process
     if cfg.tasks_per_step < dist.world():
         raise ValueError(f"--tasks-per-step {cfg.tasks_per_step} < {dist.world()} processes: some would have no task")
@@ -333,8 +385,9 @@ def setup(cfg: Config) -> Run:
     n_eval = min(cfg.eval_episodes, len(spec.splits[cfg.test_split]))
     # this process's environments: its own local server (on a free port), or its share of --url's list
     my_tasks = len(dist.shard(list(range(cfg.tasks_per_step))))
-    pool = open_pool(cfg.env, size=max(my_tasks * cfg.group_size, math.ceil(n_eval * cfg.eval_samples / dist.world())),
-                     url=url, log_path=os.path.join(cfg.out, "server.log" if main else f"server.{dist.rank()}.log"))
+    size = max(my_tasks * cfg.group_size, math.ceil(n_eval * cfg.eval_samples / dist.world()))
+    log_path = os.path.join(cfg.out, "server.log" if main else f"server.{dist.rank()}.log")
+    pool = open_pool(cfg.env, size=size, url=url, log_path=log_path)
     summary = {"config": dataclasses.asdict(cfg)}
     summary_path = os.path.join(cfg.out, "summary.json")
     if saved and os.path.exists(summary_path):
@@ -344,13 +397,15 @@ def setup(cfg: Config) -> Run:
     dist.barrier()  # the main process has trimmed metrics.jsonl: now every process may read it
     metrics_path = os.path.join(cfg.out, "metrics.jsonl")
     history = [r for r in map(json.loads, open(metrics_path)) if r["step"] < start] if saved else []
-    probe = collect_states(pool, probe_tasks(cfg.probe_states)) if cfg.probe_every and cfg.env == "babyai" else []
-    return Run(cfg=cfg, accelerator=accelerator, device=device, spec=spec, schedule=schedule, policy=policy, forward=forward,
-               optimizer=optimizer, ref_model=ref_model, ref_path=ref_path, algo=algo, state=state,
-               trained=[(forward, optimizer)] + ([(state.model, state.optimizer)] if state else []), pool=pool,
-               train_tasks=spec.splits[cfg.train_split], test_tasks=spec.splits[cfg.test_split][:n_eval],
-               eval_turns=cfg.eval_max_turns or schedule.rounds[-1], probe=probe, start=start, history=history,
-               summary=summary, writer=tensorboard(cfg.out) if main else None, main=main)
+    probed = cfg.probe_every and cfg.env == "babyai"
+    probe = collect_states(pool, probe_tasks(cfg.probe_states)) if probed else []
+    trained = [(forward, optimizer)] + ([(state.model, state.optimizer)] if state else [])
+    return Run(cfg=cfg, accelerator=accelerator, device=device, spec=spec, schedule=schedule, policy=policy,
+               forward=forward, optimizer=optimizer, ref_model=ref_model, ref_path=ref_path, algo=algo,
+               state=state, trained=trained, pool=pool, train_tasks=spec.splits[cfg.train_split],
+               test_tasks=spec.splits[cfg.test_split][:n_eval], probe=probe, start=start, history=history,
+               eval_turns=cfg.eval_max_turns or schedule.rounds[-1], summary=summary,
+               writer=tensorboard(cfg.out) if main else None, main=main)
 
 
 def load_models(cfg: Config, accelerator, device: str, saved: dict | None):
@@ -358,9 +413,11 @@ def load_models(cfg: Config, accelerator, device: str, saved: dict | None):
     reference model (None: no KL term, or LoRA, whose reference is the base with its adapters off)
     and the path of the run's starting weights, which the reference is."""
     policy = load_agent(cfg, accelerator.device, model=cfg.resume or None, trainable=True)
-    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.mixed_precision) if device == "cuda" else None
+    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.mixed_precision)
+    half = half if device == "cuda" else None
     if cfg.lora_rank and not lora.has_adapters(policy.model):
-        policy.model = lora.add_adapters(policy.model.to(half or torch.float32), cfg.lora_rank, cfg.lora_alpha)
+        policy.model = lora.add_adapters(policy.model.to(half or torch.float32), cfg.lora_rank,
+                                         cfg.lora_alpha)
     if cfg.gradient_checkpointing:  # active in train mode only: generation keeps its KV cache
         policy.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     ref_path = saved["ref_path"] if saved else policy.path
@@ -452,6 +509,27 @@ def evaluation(run: Run, when: str, step: int = 0) -> dict:
     return m
 
 
+def roll_groups(run: Run, horizon: int, tm=None, round_: int = 0) -> list:
+    """Draw tasks_per_step train tasks (the same on every process) and roll out each group_size
+    times, at most `horizon` turns: this process's share, whole groups, numbered from round_ *
+    tasks_per_step (dynamic sampling's later rounds get new group ids)."""
+    cfg = run.cfg
+    tasks = random.sample(run.train_tasks, cfg.tasks_per_step)
+    mine = [g for g in dist.shard(list(range(len(tasks)))) for _ in range(cfg.group_size)]  # whole groups
+    with timed(tm, "rollout"), dist.full_weights(run.forward):
+        return rollout(run.policy, run.pool, run.spec, [tasks[g] for g in mine], horizon,
+                       groups=[round_ * cfg.tasks_per_step + g for g in mine],
+                       batch_size=cfg.generation_batch_size, timings=tm)
+
+
+def refill(run: Run, trajs: list, step: int, horizon: int, tm=None) -> tuple[list, dict]:
+    """--dynamic-sampling: `algorithm.dynamic_sampling` over this process's share of the groups,
+    more rounds of `roll_groups` refilling it. Returns (trajectories to train on, stats)."""
+    want = len(dist.shard(list(range(run.cfg.tasks_per_step))))
+    more = lambda r: usable(roll_groups(run, horizon, tm, r), step)
+    return dynamic_sampling(trajs, more, want, run.cfg.dynamic_max_rounds)
+
+
 def usable(trajs: list, step: int) -> list:
     """The episodes the update may learn from: those that did not end in an environment error.
     Such an episode's reward 0 says nothing about the policy (the server crashed or timed out);
@@ -505,17 +583,30 @@ def step_metrics(run: Run, step: int, horizon: int, trajs: list, batch: Batch, s
     }
 
 
-def log_step(run: Run, m: dict, episodes: list) -> None:
-    """Append the step's metrics to the history, metrics.jsonl and TensorBoard; every
-    --save-rollouts-every steps write its episodes to <out>/rollouts/step_N.jsonl."""
+def log_step(run: Run, m: dict, episodes: list, batch: Batch, trajs: list) -> list[str]:
+    """Append the step's metrics to the history, metrics.jsonl and TensorBoard, with the alarms
+    that hold at this step (machinery/signals.py: `alarm/<name>` = 1, and one console line the
+    first time each fires); every --save-rollouts-every steps write its episodes to
+    <out>/rollouts/step_N.jsonl, each turn of the batch's trajectories `trajs` (those of them
+    that are among `episodes`, the step's first rollouts) with the credit the update gave it.
+    Returns the alarms."""
     cfg, step = run.cfg, m["step"]
     run.history.append(m)
+    fired = signals.check(run.history, cfg)
+    m.update({f"alarm/{name}": 1.0 for name in fired})
+    for name in fired:
+        if run.main and not any(r.get(f"alarm/{name}") for r in run.history[:-1]):  # its first time
+            tqdm.write(signals.describe(name, run.history))
     if run.main:
         log_metrics(os.path.join(cfg.out, "metrics.jsonl"), run.writer, m)
     if cfg.save_rollouts_every and step % cfg.save_rollouts_every == 0:
+        for t, credit in zip(trajs, signals.turn_credit(batch, cfg.algo)):
+            t.credit = credit  # per turn: the advantage this update gave it (batch order is trajs')
         episodes = dist.gather(episodes)  # in task order
         if run.main:
-            write_trajectories(os.path.join(cfg.out, "rollouts", f"step_{step:06d}.jsonl"), episodes, step=step)
+            path = os.path.join(cfg.out, "rollouts", f"step_{step:06d}.jsonl")
+            write_trajectories(path, episodes, step=step)
+    return fired
 
 
 def finish(run: Run) -> None:
@@ -538,30 +629,17 @@ def log_metrics(path: str, writer, m: dict) -> None:
                 writer.add_scalar(k, v, m["step"])
 
 
-def micro_batches(mb, rows: int = 0, tokens: int = 0) -> list[tuple[torch.Tensor, Batch]]:
-    """Minibatch `mb` as (row indices, micro-batch) pairs: its rows sorted by length, cut wherever
-    a micro-batch would pass `rows` rows or `tokens` padded tokens (its rows x its longest row; 0:
-    no limit), each trimmed to its longest row. Sorting is what makes the cut pay: rows of similar
-    length pad little (the demo's batch: 18k real tokens, 36k padded to its longest row), and the
-    forward's cost is per padded token. A row longer than `tokens` goes alone."""
-    lengths = mb.attention_mask.sum(-1)
-    groups: list[list[int]] = [[]]
-    for i in lengths.argsort(stable=True).tolist():  # shortest first: the row added is the longest
-        n = len(groups[-1]) + 1
-        if groups[-1] and ((rows and n > rows) or (tokens and n * int(lengths[i]) > tokens)):
-            groups.append([])
-        groups[-1].append(i)
-    return [(idx, mb.select(idx).trim()) for idx in map(torch.tensor, groups) if len(idx)]
-
-
 def update(forward, batch, n_trajs: int, algo, cfg, state, accelerator, trained, tm=None) -> dict:
     """`cfg.epochs` passes over the rollout batch (`n_trajs` trajectories on this process), each in
     minibatches: clipped-ratio steps of every (model, optimizer) in `trained`. With N processes a
     minibatch is every process's share of it (each process cuts its batch into the same number of
-    parts) and DDP averages the gradients. Returns the mean of each minibatch's (global) stats."""
+    parts) and DDP averages the gradients. Returns the mean of each minibatch's (global) stats, and
+    `signals/nonfinite_skips`: the optimizer steps skipped because the loss or a gradient norm was
+    NaN or infinite (the weights are left as they were; machinery/signals.py raises the alarm)."""
     n_minibatches = max(1, math.ceil(dist.global_sum(n_trajs) / cfg.minibatch_size))  # the same on every process
     filler = batch.select(torch.arange(1)).trim()  # a weight-0 pass for a process with nothing in a minibatch
     stats: dict[str, list] = {}
+    skipped = 0  # optimizer steps skipped for a non-finite loss or gradient
     for _ in range(cfg.epochs):
         for part in torch.randperm(n_trajs).tensor_split(n_minibatches):
             rows = torch.isin(batch.traj, part).nonzero().squeeze(-1)
@@ -570,14 +648,18 @@ def update(forward, batch, n_trajs: int, algo, cfg, state, accelerator, trained,
             with timed(tm, "forward_backward"):
                 st = accumulate_gradients(forward, batch.select(rows), algo, cfg, state, accelerator, filler)
             with timed(tm, "optimizer"):
-                for model, opt in trained:  # the policy, then the algorithm's own model
-                    accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-                    opt.step()
+                # the policy, then the algorithm's own model; the norms are global (the same on every process)
+                norms = [float(accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)) for model, _ in trained]
+                if all(map(math.isfinite, norms + [st["losses/loss"]])):
+                    for _, opt in trained:
+                        opt.step()
+                else:  # a NaN/inf loss or gradient would poison the weights: skip (signals.py's alarm)
+                    skipped += 1
             for k, v in st.items():
                 stats.setdefault(k, []).append(v)
     for _, opt in trained:  # free the gradients before the next rollout
         opt.zero_grad(set_to_none=True)
-    return {k: float(np.mean(v)) for k, v in stats.items()}
+    return {**{k: float(np.mean(v)) for k, v in stats.items()}, "signals/nonfinite_skips": skipped}
 
 
 def accumulate_gradients(forward, mb, algo, cfg, state, accelerator, filler=None) -> dict:
@@ -671,6 +753,14 @@ def save_checkpoint(cfg, accelerator, policy, forward, optimizer, step, ref_path
     dist.barrier()
 
 
+def check_checkpoint(path: str) -> str | None:
+    """--resume: empty, or a folder save_checkpoint wrote (or its .prev)."""
+    if not path or any(os.path.exists(os.path.join(p, "state.pt")) for p in (path, path + ".prev")):
+        return None
+    return (f"no checkpoint there (looked for {os.path.join(os.path.abspath(path), 'state.pt')}); "
+            "allowed: a folder train.py saved, e.g. runs/default/checkpoint")
+
+
 def checkpoint_folder(path: str) -> str:
     """`path`, or its `.prev` when a kill between save_checkpoint's two renames left no `path`."""
     if not os.path.exists(os.path.join(path, "state.pt")) and os.path.exists(os.path.join(path + ".prev", "state.pt")):
@@ -680,7 +770,8 @@ def checkpoint_folder(path: str) -> str:
 
 
 def plot_curves(metrics_path: str, png: str):
-    """Success, turns and horizon per step, for people who would rather see than read."""
+    """Success (overall and per task category), turns and horizon, and the learning signals with
+    their alarms (machinery/signals.py) per step, for people who would rather see than read."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -693,20 +784,24 @@ def plot_curves(metrics_path: str, png: str):
         return
     steps = [r["step"] for r in rows]
     probed = [r for r in rows if "probe/share" in r]
-    fig, ax = plt.subplots(1, 3 if probed else 2, figsize=(15 if probed else 10, 3.5))
+    fig, ax = plt.subplots(1, 4 if probed else 3, figsize=(20 if probed else 15, 3.5))
     ax[0].plot(steps, [r["charts/success"] for r in rows], label="success (train rollouts)")
     ax[0].plot(steps, [r["charts/reward"] for r in rows], label="reward", alpha=0.6)
+    for cat in sorted({k for r in rows for k in r if k.startswith("success/")})[:8]:  # per task category
+        pts = [(r["step"], r[cat]) for r in rows if cat in r]
+        ax[0].plot(*zip(*pts), label=cat, linewidth=0.8, linestyle=":")
     ax[0].set_xlabel("step"); ax[0].legend(); ax[0].set_ylim(0, 1)
     ax[1].plot(steps, [r["charts/turns"] for r in rows], label="turns per episode")
     ax[1].plot(steps, [r["horizon"] for r in rows], label="horizon (max turns)", linestyle="--")
     ax[1].set_xlabel("step"); ax[1].legend()
+    signals.plot(ax[2], rows)  # machinery/signals.py: no-signal groups, echo, invalid, cut; the alarms
     if probed:  # benchmarks/binding_probe.py: mass on the mission's object vs the others, held-out GoToLocal
         ps = [r["step"] for r in probed]
-        ax[2].plot(ps, [r["probe/p_mission"] for r in probed], marker="o", label="p(mission's object)")
-        ax[2].plot(ps, [r["probe/p_other"] for r in probed], marker="o", label="p(other objects)")
-        ax[2].plot(ps, [r["probe/share"] for r in probed], marker="o", label="share on mission's object")
-        ax[2].plot(ps, [r["probe/chance"] for r in probed], linestyle="--", label="share by chance")
-        ax[2].set_xlabel("step"); ax[2].set_ylim(0, 1); ax[2].legend(fontsize=7)
+        ax[3].plot(ps, [r["probe/p_mission"] for r in probed], marker="o", label="p(mission's object)")
+        ax[3].plot(ps, [r["probe/p_other"] for r in probed], marker="o", label="p(other objects)")
+        ax[3].plot(ps, [r["probe/share"] for r in probed], marker="o", label="share on mission's object")
+        ax[3].plot(ps, [r["probe/chance"] for r in probed], linestyle="--", label="share by chance")
+        ax[3].set_xlabel("step"); ax[3].set_ylim(0, 1); ax[3].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(png, dpi=100)
     plt.close(fig)

@@ -4,6 +4,7 @@
     python view.py runs/default                       # a train.py run: curves, sample rollouts, eval
     python view.py runs/eval_before runs/eval_after --out compare.html   # two runs side by side
     python view.py runs/eval/trajectories.jsonl       # trajectory files as eval.py writes them
+    python view.py runs/default --credit grpo,gigpo,ppo   # each turn's credit under three algorithms
 
 Where it sits: after the loop. `eval.py` writes `<out>/summary.json` and one trajectory per line
 to `<out>/trajectories.jsonl`; `train.py` writes `<out>/metrics.jsonl` (one line per step),
@@ -17,27 +18,30 @@ The report holds: a summary per set of episodes (success, score, turns, per cate
 a curve), a table of episodes with filters and sorting, an episode page (each turn's
 observation, the full reply with the parsed action highlighted, a mark when the reply did not
 parse or the environment refused it, reward, done; BabyAI's grid when the run recorded frames),
-a comparison of two sets on the same task ids (which tasks flipped), and a training run's
-learning curves. Agent and environment text is untrusted: the data is embedded as JSON with `<`,
-`>` and `&` escaped, and the page only ever inserts it as text, never as HTML.
+a comparison of two sets on the same task ids (which tasks flipped), a training run's
+learning curves with a banner per alarm it raised (machinery/signals.py, at the steps it held),
+and each saved training step's credit: every turn coloured by the advantage the run's algorithm
+gave it, and with `--credit grpo,gigpo,ppo` those algorithms' own advantages on the same episodes,
+side by side (the Credit tab; docs/signals.md). Agent and environment text is untrusted: the
+data is embedded as JSON with `<`, `>` and `&` escaped, and the page only ever inserts it as
+text, never as HTML.
 
 Every field is optional: a reader of old or partial files gets what is there. A line of a JSONL
 file that is not valid JSON (a truncated last line after a crash, say) is reported by file and
 line number at the top of the report, and the other lines are still shown.
 """
 
-import argparse
 import glob
 import json
+import math
 import os
 import re
 
-# What each server answers when it refuses an action (the reply parsed, but no such action):
-# BabyAI, TextCraft, SciWorld, WebArena, Deep Search. A turn whose next observation matches is
-# marked "refused".
-REFUSALS = re.compile(
-    r"is not an available action|^Could not execute|No known action matches|^Invalid action"
-    r"|Your reply holds no complete tag", re.MULTILINE)
+from machinery import signals
+
+# What each server answers when it refuses an action (machinery/signals.py, which counts such
+# turns as `signals/invalid_actions`): a turn whose next observation matches is marked "refused".
+REFUSALS = signals.REFUSALS
 # Only images we made ourselves (BabyAI's frames) become <img> sources.
 DATA_URL = re.compile(r"data:image/png;base64,[A-Za-z0-9+/=]+")
 
@@ -103,6 +107,7 @@ def turns_of(rec: dict) -> tuple[str, list[dict]]:
     actions = [_text(a) for a in rec.get("actions") or []]
     rewards = rec.get("rewards") or []
     frames = rec.get("frames") or []
+    credit = rec.get("credit") if isinstance(rec.get("credit"), dict) else {}
     n = max(len(replies), len(actions))
     done = bool(rec.get("done"))
     out = []
@@ -121,6 +126,9 @@ def turns_of(rec: dict) -> tuple[str, list[dict]]:
             "reward": _num(rewards[k]) if k < len(rewards) else None,
             "done": done and k == n - 1, "after": after, "status": status,
             "frame": frame if DATA_URL.fullmatch(frame) else "",
+            # the advantage the run's algorithm gave this turn (and PPO's value), when saved
+            "credit": _at(credit.get("credit"), k), "value": _at(credit.get("value_sum"), k),
+            "tokens": _at(credit.get("tokens"), k),
         })
     if out:  # the picture after the last action (BabyAI's final grid)
         last = frames[n] if n < len(frames) and isinstance(frames[n], str) else ""
@@ -129,6 +137,10 @@ def turns_of(rec: dict) -> tuple[str, list[dict]]:
         out.append({"observation": obs[0], "reply": "", "action": "", "reward": None, "done": done,
                     "after": "", "status": "no reply", "frame": ""})
     return system, out
+
+
+def _at(xs, k):
+    return _num(xs[k], None) if isinstance(xs, list) and k < len(xs) else None
 
 
 def episode(rec: dict, set_name: str) -> dict:
@@ -143,14 +155,19 @@ def episode(rec: dict, set_name: str) -> dict:
         "turns": int(_num(rec.get("turns"), len([t for t in turns if t["reply"] or t["action"]]))),
         "done": done, "truncated": not done and not error, "error": error,
         "step": rec.get("step"), "system": system, "steps": turns,
+        "credit_algo": _text((rec.get("credit") or {}).get("algo")) if isinstance(rec.get("credit"), dict) else "",
     }
 
 
-def load(path: str) -> dict:
+def load(path: str, credit: dict | None = None) -> dict:
     """A folder (eval output or training run) or a JSONL file -> sets of episodes, summaries,
-    training metrics and problems found on the way."""
-    out = {"name": path.rstrip("/"), "sets": [], "summaries": {}, "metrics": [], "problems": []}
+    training metrics, the alarms the run raised and problems found on the way. `credit`: name ->
+    algorithm (`credit_algos`): each turn of a training step's rollouts also gets each one's
+    credit on those same episodes (`machinery.signals.credit_on_episodes`)."""
+    out = {"name": path.rstrip("/"), "sets": [], "summaries": {}, "metrics": [], "problems": [], "alarms": []}
     problems = out["problems"]
+    summary_file = os.path.join(path, "summary.json")
+    summary = read_json(summary_file, problems) if os.path.isdir(path) and os.path.exists(summary_file) else {}
 
     def add_set(name: str, file: str, step=None):
         rows, bad = read_jsonl(file)
@@ -160,12 +177,18 @@ def load(path: str) -> dict:
             if step is not None and r.get("step") is None:
                 r["step"] = step
             eps.append(episode(r, name))
+        if credit and (step is not None or any("group" in r for r in rows)):  # one training step's batch
+            by_algo = signals.credit_on_episodes(rows, credit, run_config(summary.get("config") or {}))
+            for i, e in enumerate(eps):
+                for k, t in enumerate(e["steps"]):
+                    t["credits"] = {a: _at(by_algo[a][i], k) for a in credit}
         out["sets"].append({"name": name, "episodes": eps})
 
     if os.path.isfile(path):
         if os.path.basename(path) == "metrics.jsonl":
             out["metrics"], bad = read_jsonl(path)
             problems.extend(bad)
+            out["alarms"] = alarms_of(out["metrics"])
         else:
             add_set(path, path)
         return out
@@ -173,11 +196,10 @@ def load(path: str) -> dict:
         problems.append(f"{path}: no such file or folder.")
         return out
     name = out["name"]
-    summary = read_json(os.path.join(path, "summary.json"), problems) \
-        if os.path.exists(os.path.join(path, "summary.json")) else {}
     if os.path.exists(os.path.join(path, "metrics.jsonl")):  # a training run
         out["metrics"], bad = read_jsonl(os.path.join(path, "metrics.jsonl"))
         problems.extend(bad)
+        out["alarms"] = alarms_of(out["metrics"])
         out["config"] = summary.get("config", {})
         for key in ("eval_before", "eval_after"):
             if isinstance(summary.get(key), dict):
@@ -197,23 +219,71 @@ def load(path: str) -> dict:
     return out
 
 
+def alarms_of(metrics: list[dict]) -> list[dict]:
+    """The alarms a training run raised (train.py logs `alarm/<name>` = 1 on each step one holds):
+    per alarm, its steps and the line train.py printed when it first fired."""
+    rows = [r for r in metrics if isinstance(r.get("step"), (int, float))]
+    out = []
+    for name in signals.ALARMS:
+        at = [i for i, r in enumerate(rows) if r.get(f"alarm/{name}")]
+        if at:
+            out.append({"name": name, "steps": [rows[i]["step"] for i in at],
+                        "message": signals.describe(name, rows[:at[0] + 1])})
+    return out
+
+
+def credit_algos(names: str) -> dict:
+    """`--credit grpo,gigpo,ppo` -> name -> algorithm (train.ALGOS; imported only when asked:
+    it loads torch and the algorithm files)."""
+    from train import ALGOS
+
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    unknown = [n for n in wanted if n not in ALGOS]
+    if unknown:
+        raise ValueError(f"--credit: unknown algorithm(s) {', '.join(unknown)}; allowed: {', '.join(ALGOS)}")
+    return {n: ALGOS[n] for n in wanted}
+
+
+def run_config(saved: dict):
+    """The run's train.Config from summary.json's `config` (train.Config's defaults where absent):
+    what the algorithms read (group_std_eps, step_weight, gamma, lam, ...)."""
+    import dataclasses
+
+    from train import Config
+
+    known = {f.name for f in dataclasses.fields(Config)}
+    return Config(**{k: v for k, v in saved.items() if k in known})
+
+
 # ---------------------------------------------------------------------------------------------
 # Writing the page
 # ---------------------------------------------------------------------------------------------
 
 
+def finite(x):
+    """`x` with every NaN or infinite float replaced by None: JSON has no NaN (a non-finite loss
+    is logged as NaN, and JSON.parse would refuse the whole page)."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: finite(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [finite(v) for v in x]
+    return x
+
+
 def embed_json(data) -> str:
     """JSON that is safe inside <script>: no `</script>`, `<!--` or HTML can end or open a tag,
     because `<`, `>` and `&` are written as JSON escapes (U+2028/9 too, for old parsers)."""
-    text = json.dumps(data, ensure_ascii=False)
+    text = json.dumps(finite(data), ensure_ascii=False, allow_nan=False)
     for ch, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
                     ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
         text = text.replace(ch, esc)
     return text
 
 
-def report(paths: list[str]) -> dict:
-    runs = [load(p) for p in paths]
+def report(paths: list[str], credit: dict | None = None) -> dict:
+    runs = [load(p, credit) for p in paths]
     return {
         "title": " vs ".join(r["name"] for r in runs),
         "sets": [s for r in runs for s in r["sets"]],
@@ -221,6 +291,8 @@ def report(paths: list[str]) -> dict:
         "training": [{"name": r["name"], "metrics": r["metrics"], "config": r.get("config", {})}
                      for r in runs if r["metrics"]],
         "problems": [p for r in runs for p in r["problems"]],
+        "alarms": [dict(a, run=r["name"]) for r in runs for a in r["alarms"]],
+        "credit": list(credit or {}),
     }
 
 
@@ -239,19 +311,33 @@ def write_report(paths: list[str], out: str) -> str:
 
 
 def main(argv=None) -> str:
-    p = argparse.ArgumentParser(description="Write an HTML report of saved episodes and training curves.")
+    from config import Parser  # one line for bad input, as train.py and eval.py answer it
+
+    p = Parser(description="Write an HTML report of saved episodes and training curves.")
     p.add_argument("inputs", nargs="+", help="eval output folders, training run folders or JSONL files")
     p.add_argument("--out", default="", help="the HTML file (default: report.html in the first input's folder)")
+    p.add_argument("--credit", default="", help="algorithms whose per-turn credit to compute on the saved rollout "
+                   "steps, side by side, e.g. grpo,gigpo,ppo (machinery/signals.py; default: only the run's own)")
     args = p.parse_args(argv)
+    for path in args.inputs:
+        if not os.path.exists(path):
+            p.error(f"{path}: no such file or folder (looked for {os.path.abspath(path)}); allowed: "
+                    "an eval.py or train.py output folder, or a .jsonl file of trajectories")
     first = args.inputs[0]
     out = args.out or os.path.join(first if os.path.isdir(first) else os.path.dirname(first) or ".", "report.html")
-    data = report(args.inputs)
+    try:
+        credit = credit_algos(args.credit) if args.credit else None
+    except ValueError as e:
+        p.error(str(e))
+    data = report(args.inputs, credit)
     write_html(data, out)
     n = sum(len(s["episodes"]) for s in data["sets"])
     print(f"wrote {out}: {n} episodes in {len(data['sets'])} sets, "
           f"{sum(len(t['metrics']) for t in data['training'])} training steps")
     for msg in data["problems"]:
         print("warning:", msg)
+    for a in data["alarms"]:
+        print(f"{a['message']} (steps {', '.join(map(str, a['steps']))})")
     return out
 
 
@@ -266,8 +352,9 @@ TEMPLATE = """<!DOCTYPE html>
 <body>
 <header><h1 id="title">AgentGym-RL report</h1>
 <nav><a href="#overview">Overview</a> <a href="#episodes">Episodes</a> <a href="#compare">Compare</a>
-<a href="#training">Training</a></nav></header>
+<a href="#training">Training</a> <a href="#credit">Credit</a></nav></header>
 <div id="problems" hidden></div>
+<div id="alarms" hidden></div>
 <main>
 <section id="overview-view"></section>
 <section id="episodes-view" hidden>
@@ -290,6 +377,7 @@ TEMPLATE = """<!DOCTYPE html>
 <section id="episode-view" hidden></section>
 <section id="compare-view" hidden></section>
 <section id="training-view" hidden></section>
+<section id="credit-view" hidden></section>
 </main>
 <script id="data" type="application/json">/*DATA*/</script>
 <script>/*SCRIPT*/</script>
@@ -303,6 +391,9 @@ header h1{font-size:16px;margin:0;font-weight:600;overflow:hidden;text-overflow:
 header a{color:#b3e5fc;margin-right:12px}
 main{padding:12px 16px}
 #problems{background:#fff3e0;border:1px solid #ffb74d;margin:8px 16px;padding:6px 10px;white-space:pre-wrap}
+#alarms{margin:8px 16px} .alarm{background:#ffebee;border:1px solid #e57373;border-left:6px solid #c62828;padding:6px 10px;margin:4px 0}
+.alarm b{color:#b71c1c} .credit{display:inline-block;border-radius:3px;padding:0 6px;margin-right:6px;border:1px solid #bbb}
+td.credit{display:table-cell;border-radius:0;margin:0;font-variant-numeric:tabular-nums;text-align:right}
 table{border-collapse:collapse;background:#fff;margin:6px 0}
 th,td{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
 th[data-key]{cursor:pointer;user-select:none} th.asc::after{content:" \\25B2"} th.desc::after{content:" \\25BC"}
@@ -353,6 +444,47 @@ for (const s of D.sets) for (const e of s.episodes) {
   e.haystack = [e.task, e.category, e.error, ...e.steps.flatMap((t) => [t.observation, t.reply, t.action, t.after])]
     .join("\n").toLowerCase();
   EPS.push(e);
+}
+
+// ---- alarms (machinery/signals.py): one banner each, with the steps it held ----
+function ranges(steps) {  // [1,2,3,7] -> "1-3, 7"
+  const out = [];
+  for (const s of steps) { const r = out[out.length - 1]; if (r && s === r[1] + 1) r[1] = s; else out.push([s, s]); }
+  return out.map(([a, b]) => a === b ? String(a) : a + "\u2013" + b).join(", ");
+}
+function showAlarms() {
+  if (!D.alarms.length) return;
+  const box = $("alarms");
+  box.hidden = false;
+  for (const a of D.alarms) box.append(el("div", {class: "alarm", "data-alarm": a.name},
+    el("b", {text: a.name}), " " + a.message + " \u2014 ",
+    el("a", {href: "#training", text: "steps " + ranges(a.steps)}),
+    D.training.length > 1 ? " (" + a.run + ")" : ""));
+}
+
+// ---- credit: the advantage each turn got, as a colour (green: pushed up, red: pushed down) ----
+const CREDIT_TOKEN_LEVEL = ["ppo", "reinforce_pp"];
+// set name + algorithm -> the largest |credit| in that set, so colours compare within it
+const creditScale = {};
+for (const s of D.sets) for (const e of s.episodes) for (const t of e.steps) {
+  const add = (k, v) => {
+    if (typeof v === "number") creditScale[k] = Math.max(creditScale[k] || 0, Math.abs(v));
+  };
+  add(s.name + "\u0000run", t.credit);
+  for (const [a, v] of Object.entries(t.credits || {})) add(s.name + "\u0000" + a, v);
+}
+function creditColor(v, scale) {
+  if (typeof v !== "number" || !scale) return "transparent";
+  const a = Math.min(1, Math.abs(v) / scale) * 0.55;
+  return v >= 0 ? "rgba(46,125,50," + a.toFixed(3) + ")" : "rgba(198,40,40," + a.toFixed(3) + ")";
+}
+function creditChip(label, v, scale, tag = "span") {
+  return el(tag, {class: "credit", style: "background:" + creditColor(v, scale), title: label,
+    text: (tag === "span" ? label + " " : "") +
+      (typeof v === "number" ? (v >= 0 ? "+" : "") + v.toFixed(3) : "\u2013")});
+}
+function creditLabel(algo) {
+  return algo + (CREDIT_TOKEN_LEVEL.includes(algo) ? " (sum over the turn's tokens)" : "");  // signals.TOKEN_LEVEL
 }
 
 function showProblems() {
@@ -542,7 +674,16 @@ function renderEpisode(id) {
       notVerbatim ? el("span", {class: "muted", text: "(normalised: not verbatim in the reply)"}) : null,
       el("span", {text: "reward " + (t.reward === null ? "?" : fmt(t.reward))}), el("span", {text: "done " + (t.done ? "yes" : "no")})));
     if (k === e.steps.length - 1 && t.after) body.append(el("div", {class: "muted", text: "final observation"}), el("pre", {class: "obs", text: t.after}));
+    if (typeof t.credit === "number" || t.credits) {
+      const scale = creditScale[e.set + "\u0000run"], line = el("div", {class: "meta credits"});
+      if (typeof t.credit === "number") line.append(creditChip("credit, " + creditLabel(e.credit_algo || "run") + ":", t.credit, scale));
+      if (typeof t.value === "number") line.append(el("span", {class: "muted", text: "value (sum) " + fmt(t.value)}));
+      if (typeof t.tokens === "number") line.append(el("span", {class: "muted", text: t.tokens + " agent tokens"}));
+      for (const [a, v] of Object.entries(t.credits || {})) line.append(creditChip(creditLabel(a) + ":", v, creditScale[e.set + "\u0000" + a]));
+      body.append(line);
+    }
     const turn = el("div", {class: "turn status-" + t.status.replace(/\W/g, "")}, body);
+    if (typeof t.credit === "number") turn.style.borderLeft = "6px solid " + creditColor(t.credit, creditScale[e.set + "\u0000run"]).replace(/,[0-9.]+\)$/, ",0.9)");
     const pics = el("div", {}, picture(t.frame, "before turn " + (k + 1)), picture(t.frame_after, "after the last turn"));
     if (pics.childNodes.length) turn.prepend(pics);
     v.append(turn);
@@ -587,7 +728,10 @@ function renderCompare() {
 // ---- training curves ----
 const CURVES = [["charts/success", "success (train rollouts)"], ["charts/reward", "reward"], ["charts/turns", "turns per episode"],
   ["horizon", "horizon (max turns)"], ["losses/kl", "KL to reference"], ["losses/approx_kl", "approx KL (old \u2192 new)"],
-  ["losses/entropy", "entropy"], ["losses/clipfrac", "clip fraction"]];
+  ["losses/entropy", "entropy"], ["losses/clipfrac", "clip fraction"],
+  ["signals/flat_groups", "groups with all-equal rewards"], ["signals/identical_replies", "identical replies within groups"],
+  ["signals/invalid_actions", "turns without a valid action"], ["signals/cut_replies", "replies cut at the token limit"],
+  ["signals/reply_tokens", "mean reply length (tokens)"], ["signals/adv_std", "advantage spread (std)"]];
 function renderTraining() {
   const v = $("training-view");
   v.textContent = "";
@@ -597,7 +741,7 @@ function renderTraining() {
     if (Object.keys(run.config || {}).length) v.append(el("details", {}, el("summary", {text: "configuration"}),
       el("pre", {text: Object.entries(run.config).map(([k, x]) => k + " = " + JSON.stringify(x)).join("\n")})));
     const rows = run.metrics.filter((m) => typeof m.step === "number");
-    const keys = [...new Set(rows.flatMap((m) => Object.keys(m).filter((k) => k !== "step" && typeof m[k] === "number")))];
+    const keys = [...new Set(rows.flatMap((m) => Object.keys(m).filter((k) => k !== "step" && !k.startsWith("alarm/") && typeof m[k] === "number")))];
     const order = CURVES.map((c) => c[0]).filter((k) => keys.includes(k)).concat(keys.filter((k) => !CURVES.some((c) => c[0] === k)).sort());
     const box = el("div", {class: "charts"});
     for (const k of order) {
@@ -622,10 +766,36 @@ function renderTraining() {
   }
 }
 
-// ---- routing: #overview, #episodes, #episode-N, #compare, #training ----
+// ---- credit side by side: every turn of the saved training steps, one column per algorithm ----
+function renderCredit() {
+  const v = $("credit-view");
+  v.textContent = "";
+  v.append(el("h2", {text: "Credit per turn: the advantage each algorithm gives each turn"}));
+  v.append(el("p", {class: "muted", text: "The run's own column is what its update used (saved with --save-rollouts-every); " +
+    "other columns come from `python view.py RUN --credit grpo,gigpo,ppo`, each algorithm's own advantages() on the same " +
+    "episodes. GRPO: the episode's advantage on every turn; GiGPO: episode + step (anchor state) advantage; " +
+    "PPO and REINFORCE++: per-token advantages summed over the turn. Green pushes the turn up, red down."}));
+  const sets = D.sets.filter((s) => s.episodes.some((e) => e.steps.some((t) => typeof t.credit === "number" || t.credits)));
+  if (!sets.length) { v.append(el("p", {class: "muted", text: "No saved rollouts with credit (train.py --save-rollouts-every N)."})); return; }
+  for (const s of sets) {
+    const algos = [...new Set(s.episodes.flatMap((e) => e.steps.flatMap((t) => Object.keys(t.credits || {}))))];
+    const own = s.episodes.find((e) => e.credit_algo);
+    const t = el("table", {class: "credit-table"}, el("tr", {}, ...["episode", "task", "outcome", "turn", "action"].map((h) => el("th", {text: h})),
+      own ? el("th", {text: "run: " + creditLabel(own.credit_algo)}) : null, ...algos.map((a) => el("th", {text: creditLabel(a)}))));
+    for (const e of s.episodes) e.steps.forEach((x, k) => {
+      t.append(el("tr", {}, el("td", {}, el("a", {href: "#episode-" + e.id, text: String(e.id)})), el("td", {text: e.task}),
+        el("td", {class: e.success ? "ok" : "bad", text: fmt(e.reward)}), el("td", {text: k + 1}), el("td", {}, el("code", {text: x.action})),
+        own ? creditChip("", x.credit, creditScale[s.name + "\u0000run"], "td") : null,
+        ...algos.map((a) => creditChip("", (x.credits || {})[a], creditScale[s.name + "\u0000" + a], "td"))));
+    });
+    v.append(el("h3", {text: s.name}), t);
+  }
+}
+
+// ---- routing: #overview, #episodes, #episode-N, #compare, #training, #credit ----
 function route() {
   const h = location.hash.slice(1) || (EPS.length ? "overview" : D.training.length ? "training" : "overview");
-  const views = ["overview", "episodes", "episode", "compare", "training"];
+  const views = ["overview", "episodes", "episode", "compare", "training", "credit"];
   const m = /^episode-(\d+)$/.exec(h), cur = m ? "episode" : views.includes(h) ? h : "overview";
   for (const x of views) $(x + "-view").hidden = x !== cur;
   if (m) renderEpisode(+m[1]);
@@ -635,10 +805,12 @@ function route() {
 $("title").textContent = "AgentGym-RL report \u00b7 " + D.title;
 document.title = "Report: " + D.title;
 showProblems();
+showAlarms();
 renderOverview();
 initTable();
 renderCompare();
 renderTraining();
+renderCredit();
 window.addEventListener("hashchange", route);
 route();
 """

@@ -37,7 +37,7 @@ import torch  # noqa: E402
 
 import train  # noqa: E402
 from agent import rollout  # noqa: E402
-from config import load_agent, parse, resolve_device, set_threads  # noqa: E402
+from config import flag, load_agent, parse, resolve_device, set_threads  # noqa: E402
 from envs import ENVS, close_pool, open_pool  # noqa: E402
 
 ROLLOUT = ["env", "template", "tries", "prefill", "decode", "mask", "gen other", "roll other"]
@@ -48,17 +48,17 @@ UPDATE = ["make_batch", "reference", "advantages", "forward_backward", "optimize
 class ProfileConfig(train.Config):
     """train.py's flags, with a short run as the default, plus the compare mode's."""
 
-    steps: int = 3
+    steps: int = flag(3, at_least=1)
     """training steps to profile"""
-    eval_episodes: int = 0
+    eval_episodes: int = flag(0, at_least=0)
     """test tasks for eval_before / eval_after (0: skip, the profile is of the training steps)"""
     out: str = ""
     """train.py's output folder; empty: a temporary one"""
-    compare_batch: int = 0
+    compare_batch: int = flag(0, at_least=0)
     """instead of training: roll out this many test episodes batched vs one at a time"""
-    max_turns: int = 5
+    max_turns: int = flag(5, at_least=1)
     """compare mode: turns per episode"""
-    repeats: int = 3
+    repeats: int = flag(3, at_least=1)
     """compare mode: interleaved repeats of each way"""
     compare_cache: bool = False
     """compare mode: instead, N episodes batched with the conversation's KV cache kept across turns vs re-encoded each turn"""

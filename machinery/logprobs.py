@@ -9,6 +9,8 @@ What is computed. For every agent token x_t (loss mask 1), under the distributio
 from (temperature T, and the action mask when there was one):
 
     log pi(x_t | x_<t) = log_softmax(z_{t-1} / T + mask_t)[x_t]        z = logits, (V,) per position
+    (T = 0 is greedy sampling: the rollout picked the argmax and stored its log-prob at T = 1, so
+    the update reads T = 0 as 1 too, never as a division by 0; `agent.generate`)
     H_t = - sum_v p_v log p_v                                          (0 log 0 := 0)
 
 Why not just `model(...).logits`? That is a (B, T, V) float tensor: with Qwen2.5's vocabulary
@@ -81,7 +83,7 @@ def output_logits(model, h: torch.Tensor) -> torch.Tensor:
 
 def _chunk(model, h, targets, allowed, temperature: float, with_entropy: bool):
     """(C, H) hidden states -> (C,) log-probs of `targets` and (C,) entropies (or None)."""
-    logits = output_logits(model, h).float() / temperature  # (C, V)
+    logits = output_logits(model, h).float() / (temperature or 1.0)  # (C, V); 0: greedy, see `agent.generate`
     if allowed is not None:
         logits = logits + allowed_bias(allowed.to(logits.device), logits.shape[-1])
     logp_all = F.log_softmax(logits, dim=-1)  # (C, V)
@@ -197,7 +199,7 @@ def full_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, 
     device = next(model.parameters()).device
     ids, attn = input_ids.to(device), attention_mask.to(device)
     logits = model(input_ids=ids, attention_mask=attn, position_ids=position_ids(attn)).logits[:, :-1].float()
-    logits = logits / temperature  # (B, T-1, V): logits[t] predicts token t+1
+    logits = logits / (temperature or 1.0)  # (B, T-1, V): logits[t] predicts token t+1; 0: greedy
     if allowed_mask is not None:
         logits = logits.masked_fill(~allowed_mask[:, 1:].to(device), float("-inf"))
     logp_all = F.log_softmax(logits, dim=-1)

@@ -59,6 +59,9 @@ Strictness (decided here, once, for every server; AgentGym's own pydantic models
     for a whole batch of episodes. An item that fails (unknown id, a bad task, a time-out, an
     environment that raised) is answered `{"error": ..., "status": N}` in its place, the others
     are served; a body that is not such a list is a 422, a repeated instance a 400.
+  * request headers (names and values together) at most MAX_HEADER_BYTES (16 KiB, h11's limit, so
+    the bound is the same whichever parser uvicorn picked; httptools has none, and would take
+    megabytes): above it a 431 JSON error, before any endpoint runs.
   * Errors are JSON `{"error": ...}`: an unknown id 404, a malformed body 422, an unreadable one 400,
     a bad value 400, a full table 503, a time-out 504, an environment that raised 500. No error
     closes the connection, and no error answer can itself fail (it never echoes the input).
@@ -101,6 +104,7 @@ MAX_ACTION_CHARS = 100_000  # a long LLM reply is ~10k characters; anything past
 TIME_LIMIT = 50.0  # seconds per environment call (see the docstring)
 SHUTDOWN_GRACE = 8.0  # seconds between SIGTERM and a forced exit
 MAX_BATCH = 1024  # items of one /reset_batch or /step_batch
+MAX_HEADER_BYTES = 16 * 1024  # request headers, names + values (see the docstring); a client sends ~200
 KEEP_ALIVE = 600  # seconds an idle connection stays open: longer than a policy's turn (see serve)
 RETRY_AFTER = 5  # seconds a client is asked to wait when the table is full
 
@@ -189,6 +193,22 @@ class CatchAll:
             if started:  # half an answer is out: nothing sensible is left to send
                 raise
             await error(500, f"{type(exc).__name__}: {exc}")(scope, receive, send)
+
+
+class HeaderLimit:
+    """ASGI middleware: a request whose headers pass MAX_HEADER_BYTES is answered 431 (Request
+    Header Fields Too Large) and goes no further. uvicorn's httptools parser accepts any size."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            size = sum(len(k) + len(v) for k, v in scope["headers"])
+            if size > MAX_HEADER_BYTES:
+                return await error(431, f"request headers of {size} bytes; at most {MAX_HEADER_BYTES}")(
+                    scope, receive, send)
+        return await self.app(scope, receive, send)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -531,6 +551,7 @@ def build_app(title: str, make_env: Callable[..., object], create_keys: tuple[st
                   telemetry={"tracing": False, "metrics": False, "logs": False})
     app.state.table = table
     app.add_middleware(CatchAll)
+    app.add_middleware(HeaderLimit)  # the outermost: an oversized request reaches nothing else
 
     @app.exception_handler(EnvError)
     async def _env_error(request: Request, exc: EnvError):

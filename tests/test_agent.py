@@ -173,3 +173,12 @@ def test_a_profiled_rollout_is_the_same_rollout_and_times_every_part(tiny_path, 
     assert set(t) == {"env", "template", "tries", "generate", "prefill", "decode", "mask"}
     assert t["prefill"] + t["decode"] + t["mask"] <= t["generate"]
     assert all(v > 0 for v in t.values())
+
+
+def test_building_the_tiny_policy_leaves_the_callers_random_stream_as_it_was(tmp_path):
+    """A first run builds the tiny policy, a later one loads it: both must sample the same."""
+    torch.manual_seed(11)
+    expected = torch.rand(3)
+    torch.manual_seed(11)
+    tiny.build_tiny_policy("babyai", str(tmp_path), warmup_steps=1, episodes=20)
+    assert torch.equal(torch.rand(3), expected)

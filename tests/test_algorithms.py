@@ -3,6 +3,7 @@ each algorithm end to end with the tiny policy on BabyAI."""
 
 import json
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -10,7 +11,15 @@ import torch
 import grpo
 import ppo
 import reinforce_pp
-from algorithm import State, clipped_policy_loss
+from algorithm import (
+    Algorithm,
+    State,
+    clipped_policy_loss,
+    dynamic_sampling,
+    informative,
+    k3_kl,
+    mask_truncated,
+)
 from batch import Batch
 from train import ALGOS, Config, train
 
@@ -125,6 +134,42 @@ def test_value_loss_trains_only_agent_token_values_and_reports_diagnostics():
     # the new V = 0 is inside the clip range (0.5): v_loss = 0.5 * mean((0 - 1)^2) = 0.5
     assert abs(v_loss.item() - 0.5) < 1e-6 and stats["losses/vf_clipfrac"] == 0.0
     assert set(stats) == {"losses/value_loss", "losses/vf_clipfrac", "losses/explained_variance"}
+
+
+def test_explained_variance_is_one_minus_var_of_the_error_over_var_of_the_returns():
+    b = two_turn_batch([[0.0, 0.0, 0.0, 0.2, 0.9, 0.0], [0.0, 0.0, 0.6, 0.0]])
+    ppo.advantages(b, Config(gamma=0.5, lam=1.0, norm_adv=False))
+    on = b.loss_mask == 1
+    g, v = b.returns[on].double(), b.values[on].double()
+    expect = 1 - (g - v).var(unbiased=False) / g.var(unbiased=False)
+    _, stats = ppo.value_loss(b.values.clone(), b, Config())
+    assert abs(stats["losses/explained_variance"] - expect.item()) < 1e-6 and abs(expect.item()) > 0.01
+
+
+def test_critic_learns_at_agentgym_rls_1e_5_unless_told_or_the_policys_is_larger():
+    assert ppo.critic_lr(Config(), 1e-6) == 1e-5  # a real model: not the policy's 1e-6
+    assert ppo.critic_lr(Config(), 5e-4) == 5e-4  # the tiny policy's own rate is larger
+    assert ppo.critic_lr(Config(critic_lr=3e-6), 1e-6) == 3e-6
+
+
+def test_critic_values_at_rollout_run_in_micro_batches_and_equal_one_pass():
+    import tiny
+    policy = tiny.load("tiny", "babyai")
+    critic = ppo.Critic(policy.model)
+    torch.nn.init.normal_(critic.head.weight)
+    masks = [[O, A, A, O, A], [O, O, A], [O, A, O, A, A, A, O], [O, A]]
+    b = batch_of(masks, traj=[0, 1, 2, 3], turn=[0] * 4, rewards=[0.0] * 4)
+    b.input_ids = torch.randint(4, policy.model.config.vocab_size, b.input_ids.shape) * b.attention_mask
+    seen = []
+    forward = critic.forward
+    critic.forward = lambda mb: (seen.append(len(mb)), forward(mb))[1]
+    one = ppo.critic_values(critic, b, Config(micro_batch_size=0, micro_batch_tokens=0))
+    assert seen == [4]
+    seen.clear()
+    micro = ppo.critic_values(critic, b, Config(micro_batch_size=1))
+    assert seen == [1, 1, 1, 1]
+    torch.testing.assert_close(micro, one, atol=1e-5, rtol=0)
+    assert torch.all(one[b.loss_mask == 0] == 0) and torch.all(one[b.loss_mask == 1] != 0)
 
 
 def test_ppo_loss_adds_vf_coef_times_the_value_loss_of_its_critic():
@@ -283,6 +328,83 @@ def test_k3_kl_value_and_gradient():
     assert clipped_policy_loss(logp, None, b, a, clip_ratio=0.2, kl_coef=1.0)[1]["losses/kl"] == 0.0
 
 
+def test_k3_kl_is_clamped_as_verls_low_var_kl():
+    """log(pi_ref/pi) is clamped to [-20, 20] and k3 to at most 10: a collapsed token cannot blow
+    up the loss, and past the clamp it gets no KL gradient."""
+    logp = torch.tensor([[-30.0, 0.0, -1.0, 0.0]], requires_grad=True)
+    ref = torch.tensor([[0.0, -30.0, -1.5, -2.5]])
+    kl = k3_kl(logp, ref)
+    expect_small = math.exp(-0.5) + 0.5 - 1  # unclamped inside the range
+    torch.testing.assert_close(kl, torch.tensor([[10.0, 10.0, expect_small, math.exp(-2.5) + 2.5 - 1]]))
+    kl.sum().backward()
+    assert logp.grad[0, 0] == 0 and logp.grad[0, 1] == 0 and logp.grad[0, 2] != 0
+
+
+@pytest.mark.parametrize("ratio,adv,eps_high,clipped", [
+    (1.25, 1.0, 0.28, False),  # clip-higher: A > 0 may raise the ratio up to 1.28
+    (1.25, 1.0, 0.0, True),  # symmetric eps 0.2: clipped at 1.2
+    (1.30, 1.0, 0.28, True),  # past 1 + eps_high
+    (0.75, -1.0, 0.28, True),  # the lower side keeps eps_low = 0.2
+    (0.85, -1.0, 0.28, False),
+])
+def test_clip_higher_clips_the_ratio_to_1_minus_eps_low_1_plus_eps_high(ratio, adv, eps_high, clipped):
+    b, logp, a = one_token(ratio, adv)
+    loss, stats = clipped_policy_loss(logp, None, b, a, clip_ratio=0.2, clip_ratio_high=eps_high)
+    loss.backward()
+    g = logp.grad[0, 1].item()
+    assert (g == 0.0) == clipped and stats["losses/clipfrac"] == float(clipped)
+    if not clipped:
+        assert abs(g - (-adv * ratio)) < 1e-6
+    low, high = 0.8, 1 + (eps_high or 0.2)
+    torch.testing.assert_close(loss, torch.tensor(max(-adv * ratio, -adv * min(max(ratio, low), high))))
+
+
+def traj(group, reward):
+    return SimpleNamespace(group=group, reward=reward, success=reward > 0.5)
+
+
+def test_dynamic_sampling_drops_equal_reward_groups_and_refills_to_the_batch_size():
+    first = [traj(0, 1.0), traj(0, 0.0), traj(1, 0.0), traj(1, 0.0), traj(2, 1.0), traj(2, 1.0)]
+    assert {t.group for t in informative(first)} == {0}
+    rounds = {1: [traj(10, 0.5), traj(10, 0.5), traj(11, 0.0), traj(11, 1.0)],  # one informative group
+              2: [traj(20, 1.0), traj(20, 0.0), traj(21, 0.2), traj(21, 0.7)]}  # two
+    asked = []
+    kept, stats = dynamic_sampling(first, lambda r: (asked.append(r), rounds[r])[1], want=3, max_rounds=5)
+    assert asked == [1, 2]  # stopped as soon as 3 groups had signal
+    assert [t.group for t in kept] == [0, 0, 11, 11, 20, 20]  # the first 3 kept groups; 21 dropped
+    assert stats["dynamic/rounds"] == 2 and stats["dynamic/groups_kept"] == 3
+    assert stats["dynamic/groups_seen"] == 7 and stats["dynamic/success_all"] == 6 / 14
+
+
+def test_dynamic_sampling_stops_at_the_cap_and_never_leaves_the_step_empty():
+    flat = lambda g: [traj(g, 0.0), traj(g, 0.0)]
+    asked = []
+    kept, stats = dynamic_sampling(flat(0) + [traj(1, 0.0), traj(1, 1.0)],
+                                   lambda r: (asked.append(r), flat(10 * r))[1], want=2, max_rounds=2)
+    assert asked == [1, 2] and [t.group for t in kept] == [1, 1] and stats["dynamic/rounds"] == 2
+    first = flat(0) + flat(1)
+    kept, stats = dynamic_sampling(first, lambda r: flat(10 * r), want=2, max_rounds=1)
+    assert kept == first and stats["dynamic/groups_kept"] == 0  # no signal anywhere: the first round
+    kept, stats = dynamic_sampling(first, lambda r: 1 / 0, want=2, max_rounds=0)
+    assert kept == first and stats["dynamic/rounds"] == 0  # a cap of 0 never rolls out
+
+
+def test_overlong_filter_gives_a_cut_episode_no_gradient_but_keeps_its_reward_in_the_baseline():
+    masks = [[O, A, A], [O, A, A], [O, O, A], [O, A, O]]
+    b = batch_of(masks, traj=[0, 1, 2, 2], turn=[0, 0, 0, 1], rewards=[1.0, 0.0, 0.5], groups=[0, 0, 0])
+    plain = batch_of(masks, traj=[0, 1, 2, 2], turn=[0, 0, 0, 1], rewards=[1.0, 0.0, 0.5], groups=[0, 0, 0])
+    assert mask_truncated(b, [False, True, False]) == 1
+    assert torch.all(b.loss_mask[1] == 0) and torch.equal(b.loss_mask[[0, 2, 3]], plain.loss_mask[[0, 2, 3]])
+    grpo.advantages(b, Config())
+    grpo.advantages(plain, Config())
+    # episode 1's reward 0 is still in the group's mean and std: the others' advantages are unchanged
+    torch.testing.assert_close(b.advantages[[0, 2, 3]], plain.advantages[[0, 2, 3]])
+    logp = torch.zeros_like(b.loss_mask, requires_grad=True)
+    loss, _ = grpo.loss(logp, None, b, Config(kl_coef=0.0))
+    loss.backward()
+    assert torch.all(logp.grad[1] == 0) and torch.all(logp.grad[0, 1:] != 0)
+
+
 def test_train_loop_never_names_an_algorithm():
     """Adding an algorithm is one file and one line in ALGOS: train() has no branch on one."""
     import inspect
@@ -313,28 +435,76 @@ def small(tmp_path, **kw) -> Config:
     return Config(**base)
 
 
+def spy_on(algo: str, monkeypatch) -> list:
+    """Put a copy of ALGOS[algo] in the table that records, for every loss call, (step, the
+    loss's approx_kl, the surrogate's gain sum A * (logp - old_logp) over the agent tokens, sum |A|)."""
+    inner, calls, step = ALGOS[algo], [], [0]
+
+    def advantages(batch, cfg, state=None):
+        step[0] += 1
+        inner.advantages(batch, cfg, state)
+
+    def loss(logp, entropy, mb, cfg, state=None):
+        total, st = inner.loss(logp, entropy, mb, cfg, state)
+        d = logp.detach().cpu() - mb.old_logprobs
+        calls.append((step[0], st["losses/approx_kl"], float((d * mb.advantages * mb.loss_mask).sum()),
+                      float(mb.advantages.abs().sum())))
+        return total, st
+
+    monkeypatch.setitem(ALGOS, algo, Algorithm(advantages, loss, inner.init))
+    return calls
+
+
 @pytest.mark.parametrize("algo", ["ppo", "reinforce_pp", "rloo"])
-def test_each_algorithm_trains_end_to_end_on_babyai(tmp_path, algo):
-    """Two steps update the policy (and PPO's critic), with finite losses and the expected metrics."""
-    from safetensors.torch import load_file
-
-    import tiny
-
-    train(small(tmp_path, algo=algo, rounds="3", group_size=4))
+def test_each_algorithm_trains_end_to_end_on_babyai(tmp_path, monkeypatch, algo):
+    """Two steps, each one minibatch seen twice (epochs 2): the first pass is on-policy (the
+    stored log-probs are the update's: approx_kl ~ 0), the second sees the step the first took,
+    which moved the policy up its own objective (sum A * (logp - old_logp) > 0); finite losses."""
+    calls = spy_on(algo, monkeypatch)
+    train(small(tmp_path, algo=algo, rounds="3", group_size=4, minibatch_size=8, epochs=2))
     rows = [json.loads(x) for x in open(tmp_path / "metrics.jsonl")]
     assert [r["step"] for r in rows] == [1, 2]
-    keys = {"losses/loss", "losses/policy_loss", "losses/approx_kl", "losses/clipfrac", "losses/entropy", "losses/kl"}
+    keys = {"losses/loss", "losses/policy_loss", "losses/approx_kl", "losses/clipfrac", "losses/entropy",
+            "losses/kl"}
     if algo == "ppo":
         keys |= {"losses/value_loss", "losses/explained_variance", "losses/vf_clipfrac"}
     assert keys <= set(rows[0]) and keys <= set(rows[1])
     assert all(math.isfinite(r[k]) for r in rows for k in keys)
-    assert all(r["losses/approx_kl"] > 0 for r in rows)  # later minibatches see updated weights
-    start = load_file(tiny.tiny_policy_path("babyai") + "/model.safetensors")
-    end = load_file(str(tmp_path / "checkpoint" / "model.safetensors"))
-    assert any(not torch.equal(start[k], end[k]) for k in end)  # the policy moved
+    for step in (1, 2):
+        mine = [c for c in calls if c[0] == step]
+        first, second = mine[:len(mine) // 2], mine[len(mine) // 2:]  # epochs 1 and 2: the same micro-batches
+        assert len(mine) % 2 == 0 and max(abs(c[1]) for c in first) < 1e-6
+        assert min(c[1] for c in second) > 100 * max(max(abs(c[1]) for c in first), 1e-9)
+        assert abs(sum(c[2] for c in first)) < 1e-4
+        if sum(c[3] for c in mine) > 1.0:  # (a step whose rewards were all equal has only the KL's and
+            assert sum(c[2] for c in second) > 1e-3  # entropy's gradient, or REINFORCE++'s ~1e-5 advantages)
+    assert sum(c[3] for c in calls) > 1.0  # some step had an advantage to climb
     if algo == "ppo":
         critic = torch.load(tmp_path / "checkpoint" / "critic.pt")["model"]
         assert critic["head.weight"].abs().sum() > 0  # the critic's head left its zero start
+
+
+def test_dynamic_sampling_and_the_overlong_filter_act_in_the_training_loop(tmp_path, monkeypatch):
+    """With both flags every group the update sees has a reward spread (unless none had), the
+    episodes cut at the token limit reach the update with no agent token to train, and both log."""
+    seen = []
+
+    def advantages(batch, cfg, state=None):
+        spread = [len(set(batch.rewards[batch.groups == g].tolist())) > 1 for g in batch.groups.unique()]
+        empty = sum(int(batch.loss_mask[batch.traj == n].sum() == 0) for n in range(len(batch.rewards)))
+        seen.append((spread, empty))
+        grpo.advantages(batch, cfg, state)
+
+    monkeypatch.setitem(ALGOS, "grpo", Algorithm(advantages, grpo.loss))
+    train(small(tmp_path, rounds="2", dynamic_sampling=True, dynamic_max_rounds=2, overlong_filter=True,
+                max_new_tokens=2, clip_ratio_high=0.28))
+    rows = [json.loads(x) for x in open(tmp_path / "metrics.jsonl")]
+    assert len(rows) == len(seen) == 2
+    for r, (spread, empty) in zip(rows, seen):
+        assert 0 <= r["dynamic/rounds"] <= 2 and r["dynamic/groups_kept"] <= 2 <= r["dynamic/groups_seen"]
+        assert all(spread) if r["dynamic/groups_kept"] else not any(spread)
+        assert r["charts/overlong_masked"] == empty
+    assert sum(r["charts/overlong_masked"] for r in rows) > 0  # 2 tokens cut some replies
 
 
 def test_ppo_resume_restores_the_critic(tmp_path):

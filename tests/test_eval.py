@@ -35,3 +35,15 @@ def test_summary_table_is_aligned_markdown_with_every_category_and_k():
     assert [line.split("|")[1].strip() for line in tables[0].splitlines()[2:]] == ["all", "GoToObj", "GoToRedBall-v0"]
     assert tables[1].splitlines()[0].split("|")[2:-1] == [f" {k:>5} " for k in ("k=1", "k=2", "k=4", "k=8", "k=16", "k=32", "k=64")]
     assert "0.333" in tables[0].splitlines()[2]  # success of all: 2 of 6 tasks
+
+
+def test_pass_at_k_leaves_out_a_k_no_task_has_samples_for_and_errors_leave_the_rates():
+    # 4 samples asked per task; environment errors left task 0 with 2 (1 correct), task 1 with 1
+    trajs = [fake(0, True, "A"), fake(0, False, "A"), fake(1, True, "A")]
+    errored = [SimpleNamespace(**{**vars(fake(t, False, "A")), "error": "time-out"}) for t in (0, 0, 1, 1, 1)]
+    s = summarise(trajs + errored, 4)
+    # pass@1 over both tasks; pass@2 over task 0 only (1 - C(1,2)/C(2,2) = 1); no "4": no task has 4
+    assert s["pass_at_k"] == {"1": (0.5 + 1.0) / 2, "2": 1.0}
+    assert s["errors"] == 5 and s["n_episodes"] == 3 and abs(s["success_rate"] - 2 / 3) < 1e-12
+    table = summary_table(s)
+    assert "left out of the rates" in table and "counted as failures" not in table

@@ -8,6 +8,7 @@ import torch
 
 import gigpo
 import grpo
+from algorithm import returns_to_go
 from batch import Batch
 from train import ALGOS, Config
 
@@ -18,7 +19,8 @@ def batch_of(masks, traj, turn, rewards, groups, anchors) -> Batch:
     B, T = len(masks), max(len(m) for m in masks)
     pad = lambda rows: torch.tensor([list(r) + [0] * (T - len(r)) for r in rows], dtype=torch.float)
     return Batch(
-        input_ids=torch.zeros((B, T), dtype=torch.long), attention_mask=pad([[1] * len(m) for m in masks]).long(),
+        input_ids=torch.zeros((B, T), dtype=torch.long),
+        attention_mask=pad([[1] * len(m) for m in masks]).long(),
         loss_mask=pad(masks), old_logprobs=torch.zeros((B, T)), allowed=None,
         traj=torch.tensor(traj), turn=torch.tensor(turn), rewards=torch.tensor(rewards, dtype=torch.float),
         groups=torch.tensor(groups), anchors=anchors,
@@ -44,13 +46,31 @@ def test_step_groups_are_anchor_states_within_an_episode_group():
 
 
 def test_discounted_returns_per_turn():
-    assert gigpo.discounted_returns([0.0, 0.0, 1.0], 0.5) == [0.25, 0.5, 1.0]
-    assert gigpo.discounted_returns([0.2, 0.0, 1.0], 0.9) == [0.2 + 0.81, 0.9, 1.0]
+    g = lambda r, gamma: returns_to_go(torch.tensor(r, dtype=torch.float64), gamma).tolist()
+    assert g([0.0, 0.0, 1.0], 0.5) == [0.25, 0.5, 1.0]
+    assert g([0.2, 0.0, 1.0], 0.9) == [0.2 + 0.81, 0.9, 1.0]
+
+
+def test_mean_norm_drops_the_std_at_both_levels():
+    """verl-agent's mean-norm: A^E = R - mean, A^S = R_t - mean (no std). Rewards [1, 0, 0, 0],
+    one turn each from one start state: A^E = 0.75 for the first, A^S = 0.75 too (gamma^0 R)."""
+    anchors = [["s0"]] * 4
+    got = gigpo.gigpo_advantages([1.0, 0.0, 0.0, 0.0], [0] * 4, anchors, omega=0.0, step_norm="mean")
+    assert [a[0] for a in got] == [0.75, -0.25, -0.25, -0.25]
+    got = gigpo.gigpo_advantages([1.0, 0.0, 0.0, 0.0], [0] * 4, anchors, omega=1.0, step_norm="mean")
+    assert [a[0] for a in got] == [1.5, -0.5, -0.5, -0.5]
+    std = gigpo.gigpo_advantages([1.0, 0.0, 0.0, 0.0], [0] * 4, anchors, omega=0.0, step_norm="std")
+    assert abs(std[0][0] - 1.5) < 1e-5  # (1 - 0.25) / 0.5
+    # the step level alone: two rollouts meet at s1 with returns 1 and 0 -> +-0.5, not +-0.707
+    got = gigpo.gigpo_advantages([1.0, 0.0], [0, 0], [["s0", "s1"], ["s0", "s1"]], omega=1.0, gamma=1.0,
+                                 step_norm="mean")
+    assert got == [[1.0, 1.0], [-1.0, -1.0]]  # A^E +-0.5, A^S +-0.5 at both shared states
 
 
 def test_combined_advantage_matches_a_hand_computed_example():
     # gamma = 0.5, omega = 1. Step returns: a [0.5, 1], b [0, 0, 0], c [1], d [0].
-    # Episode level, group 0 rewards [1, 0, 1]: mean 2/3, std sqrt(1/3) -> A^E = [1/sqrt3, -2/sqrt3, 1/sqrt3]; d: 0.
+    # Episode level, group 0 rewards [1, 0, 1]: mean 2/3, std sqrt(1/3)
+    #   -> A^E = [1/sqrt3, -2/sqrt3, 1/sqrt3]; d: 0.
     # Step group (0, s0): returns [0.5, 0, 1], mean 0.5, std 0.5 -> a 0, b -1, c 1.
     # Step group (0, s1): returns [1, 0], mean 0.5, std 1/sqrt2 -> a 1/sqrt2, b -1/sqrt2.
     # (0, s2) and (1, s0) are singletons -> 0.
@@ -64,7 +84,8 @@ def test_combined_advantage_matches_a_hand_computed_example():
         torch.testing.assert_close(torch.tensor(g), torch.tensor(e), atol=1e-5, rtol=0)
     # omega scales only the step term: omega = 2 doubles (A - A^E)
     got2 = gigpo.gigpo_advantages(REWARDS, GROUPS, ANCHORS, omega=2.0, gamma=0.5)
-    torch.testing.assert_close(torch.tensor(got2[1]), torch.tensor([-2 * r3 - 2.0, -2 * r3 - 2 * r2, -2 * r3]),
+    torch.testing.assert_close(torch.tensor(got2[1]),
+                               torch.tensor([-2 * r3 - 2.0, -2 * r3 - 2 * r2, -2 * r3]),
                                atol=1e-5, rtol=0)
 
 
@@ -136,15 +157,37 @@ def test_with_omega_zero_gigpo_is_grpo():
     torch.testing.assert_close(got, b.advantages)
 
 
-def test_gigpo_trains_end_to_end_on_babyai_and_logs_the_binding_probe(tmp_path):
+def test_gigpo_trains_end_to_end_on_babyai_and_logs_the_binding_probe(tmp_path, monkeypatch):
+    """On real BabyAI rollouts the step-level term reaches the loss: the advantages differ from
+    GRPO's on the same batch (by omega * A^S: the rollouts of a task share at least their start
+    state), and the loss reads them; the probe is logged."""
     import json
 
+    from algorithm import Algorithm
     from train import train
 
+    seen = []
+
+    def advantages(batch, cfg, state=None):
+        gigpo.advantages(batch, cfg, state)
+        a_gigpo = batch.advantages.clone()
+        grpo.advantages(batch, cfg, state)
+        a_grpo, batch.advantages = batch.advantages, a_gigpo
+        seen.append((a_gigpo - a_grpo)[batch.loss_mask == 1])
+
+    losses = []
+
+    def loss(logp, entropy, mb, cfg, state=None):
+        losses.append(mb.advantages.clone())
+        return grpo.loss(logp, entropy, mb, cfg, state)
+
+    monkeypatch.setitem(ALGOS, "gigpo", Algorithm(advantages, loss))
     train(Config(algo="gigpo", steps=2, tasks_per_step=2, group_size=3, minibatch_size=3, eval_episodes=0,
                  rounds="2,3", steps_per_stage=1, out=str(tmp_path), probe_every=2, probe_states=12))
     rows = [json.loads(x) for x in open(tmp_path / "metrics.jsonl")]
     assert [r["step"] for r in rows] == [1, 2]
     assert all(r["losses/loss"] == r["losses/loss"] for r in rows)  # not NaN
+    assert len(seen) == 2 and max(d.abs().max().item() for d in seen) > 0.05  # the step term is there
+    assert any((a != 0).any() for a in losses)  # and the loss read the advantages
     p = rows[-1]
     assert 0 < p["probe/p_mission"] + p["probe/p_other"] <= 1 + 1e-6 and 0 < p["probe/chance"] < 1

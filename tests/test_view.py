@@ -268,4 +268,102 @@ def test_training_run_with_saved_rollouts_has_curves_samples_and_before_after(br
     assert "3 shared tasks" in page.inner_text("#cmp-counts")
     page.evaluate("location.hash = '#episodes'")
     assert page.inner_text("#count") == "14 of 14 episodes"
+    # every turn of the saved rollouts shows the credit the update gave it (machinery/signals.py)
+    turns = sum(r["turns"] for step in (1, 2) for r in map(json.loads, open(tmp_path / "rollouts" / f"step_{step:06d}.jsonl")))
+    page.evaluate("location.hash = '#credit'")
+    cells = page.locator("#credit-view td.credit").all_inner_texts()
+    assert len(cells) == turns and all(c.startswith(("+", "-")) for c in cells)
+    page.evaluate("location.hash = '#episode-' + document.querySelectorAll('#credit-view a')[0].textContent")
+    assert page.locator(".turn .credits").count() == page.locator(".turn").count() > 0
     assert page.errors == []
+
+
+# --- learning signals: alarm banners and the credit each algorithm gives each turn ----------------
+
+def signals_run(folder):
+    """A GRPO run of 4 steps: a no-signal alarm at steps 2-4 and a non-finite step 3 (its loss NaN);
+    step 2's rollouts saved with the credit the update gave each turn."""
+    import grpo
+    from eval import write_trajectories
+    from machinery import signals
+    from tests.test_signals import credit_batch
+    from train import Config
+
+    os.makedirs(folder / "rollouts")
+    trajs, batch = credit_batch(False)
+    grpo.advantages(batch, Config())
+    for t, c in zip(trajs, signals.turn_credit(batch, "grpo")):
+        t.credit = c
+    write_trajectories(str(folder / "rollouts" / "step_000002.jsonl"), trajs, step=2)
+    with open(folder / "metrics.jsonl", "w") as f:
+        for step in range(1, 5):
+            row = {"step": step, "horizon": 3, "charts/success": 0.5, "losses/loss": float("nan") if step == 3 else 0.1,
+                   "signals/flat_groups": 1.0 if step > 1 else 0.2, "signals/flat_failed": 1.0 if step > 1 else 0.1,
+                   "signals/flat_succeeded": 0.0, "signals/nonfinite_skips": int(step == 3)}
+            row.update({"alarm/no_signal": 1.0} if step > 1 else {})
+            row.update({"alarm/non_finite": 1.0} if step == 3 else {})
+            f.write(json.dumps(row) + "\n")
+    with open(folder / "summary.json", "w") as f:
+        json.dump({"config": {"algo": "grpo", "steps": 4}}, f)
+    return trajs, batch
+
+
+def signals_config():
+    from train import Config
+
+    return Config()
+
+
+def test_alarms_are_banners_pointing_at_their_steps_and_credit_is_the_algorithms(browser, tmp_path):
+    import gigpo
+    import grpo
+    import ppo
+    from machinery import signals
+
+    run = tmp_path / "run"
+    trajs, batch = signals_run(run)
+    out = view.main([str(run), "--credit", "grpo,gigpo,ppo", "--out", str(tmp_path / "r.html")])
+    html = open(out).read()
+    data = json.loads(html.split('<script id="data" type="application/json">')[1].split("</script>")[0])
+    assert [a["name"] for a in data["alarms"]] == ["non_finite", "no_signal"]  # in signals.ALARMS' order
+    assert data["training"][0]["metrics"][2]["losses/loss"] is None  # NaN: JSON has none, the page still parses
+    page = open_page(browser, out)
+    banners = page.locator("#alarms .alarm")
+    assert banners.count() == 2
+    assert "steps 2\u20134" in banners.nth(1).inner_text() and "too hard" in banners.nth(1).inner_text()
+    assert "steps 3" in banners.nth(0).inner_text() and "lower --lr" in banners.nth(0).inner_text()
+    # the credit table: the run's own column and the three algorithms, on the same saved episodes
+    page.evaluate("location.hash = '#credit'")
+    heads = page.locator("#credit-view th").all_inner_texts()
+    assert heads[5:] == ["run: grpo", "grpo", "gigpo", "ppo (sum over the turn's tokens)"]
+    rows = page.locator("#credit-view table tr")
+    shown = [[float(x) for x in rows.nth(i + 1).locator("td.credit").all_inner_texts()] for i in range(rows.count() - 1)]
+    a_grpo = grpo.group_advantages(batch.rewards, batch.groups)
+    a_gigpo = gigpo.gigpo_advantages(batch.rewards.tolist(), batch.groups.tolist(), batch.anchors)
+    ppo.advantages(batch, signals_config(), None)  # the run saved no critic values: PPO's zero critic
+    k = 0
+    for n, t in enumerate(trajs):
+        for turn in range(t.turns):
+            own, g, gi, p = shown[k]
+            assert own == pytest.approx(float(a_grpo[n]), abs=1e-3) and g == own
+            assert gi == pytest.approx(a_gigpo[n][turn], abs=1e-3)
+            rows_n = (batch.traj == n).nonzero().squeeze(-1)
+            assert p == pytest.approx(float(batch.advantages[rows_n[turn]].sum()), abs=1e-3)
+            k += 1
+    assert k == len(shown) == sum(t.turns for t in trajs)
+    # an episode page: each turn's credit chip, coloured by its sign
+    page.evaluate("location.hash = '#episode-1'")  # trajectory 1 failed: GRPO pushes its turns down
+    chips = page.locator(".turn .credits .credit")
+    assert chips.count() == 2 * 4 and "rgba(198, 40, 40" in chips.first.evaluate("e => getComputedStyle(e).backgroundColor")
+    assert signals.TOKEN_LEVEL == ("ppo", "reinforce_pp")  # the page's CREDIT_TOKEN_LEVEL says the same
+    page.screenshot(path=str(tmp_path / "credit.png"), full_page=True)
+    assert page.errors == [] and page.requests == []
+
+
+def test_credit_rejects_an_unknown_algorithm_in_one_line(tmp_path, capsys):
+    run = tmp_path / "run"
+    signals_run(run)
+    with pytest.raises(SystemExit) as e:
+        view.main([str(run), "--credit", "grpo,nope"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "unknown algorithm(s) nope; allowed: grpo" in err and len(err.splitlines()) == 1
