@@ -431,12 +431,13 @@ class _Stack(list):
     """BabyAIBot's subgoal stack with a bound on the subgoals one replan may push: in rare states
     (UnlockToUnlock) the bot pushes and pops subgoals forever without choosing an action."""
 
-    budget = 0
+    budget = None  # pushes left in the current replan; None outside one (a deepcopy pushes too)
 
     def append(self, subgoal):
-        self.budget -= 1
-        if self.budget < 0:
-            raise RecursionError("BabyAIBot replanned without end")
+        if self.budget is not None:
+            self.budget -= 1
+            if self.budget < 0:
+                raise RecursionError("BabyAIBot replanned without end")
         super().append(subgoal)
 
 
@@ -445,7 +446,10 @@ def replan(bot, taken):
     if not isinstance(bot.stack, _Stack):
         bot.stack = _Stack(bot.stack)
     bot.stack.budget = MAX_PUSHES
-    return bot.replan(taken)
+    try:
+        return bot.replan(taken)
+    finally:
+        bot.stack.budget = None
 
 
 def simulate(bot, action, limit: int | None = None) -> tuple[list[int], list[tuple], bool]:
