@@ -160,11 +160,25 @@ def load_agent(cfg: AgentConfig, device: str, model: str | None = None, trainabl
         policy = tiny.load(name, cfg.env, device)
     else:  # `smollm2` or a .gguf file: its converted folder (machinery/gguf_model.py); else the name as is
         policy = agent.load_policy(resolve_model(name), device)
+    from machinery.logprobs import fp32_head
+
+    fp32_head(policy.model)  # log-probs in float32 under --mixed-precision: the sampler's = the update's
     policy.temperature = cfg.temperature
     for key in ("max_new_tokens", "mask_actions", "context_turns"):
         if getattr(cfg, key) is not None:
             setattr(policy, key, getattr(cfg, key))
     return policy
+
+
+def autocast(mixed_precision: str, device: str):
+    """The autocast context of `--mixed-precision` on `device` (what Accelerate's `autocast()` is
+    in train.py), for eval.py, which has no Accelerator: generation in the update's precision."""
+    import contextlib
+
+    import torch
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(mixed_precision)
+    return torch.autocast(str(device).split(":")[0], dtype=dtype) if dtype else contextlib.nullcontext()
 
 
 def resolve_device(device: str) -> str:

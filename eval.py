@@ -35,7 +35,7 @@ from tqdm import tqdm
 from machinery import dist
 import view
 from agent import Policy, Trajectory, rollout
-from config import AgentConfig, check_split, flag, load_agent, parse, problem, resolve_device, set_threads
+from config import AgentConfig, autocast, check_split, flag, load_agent, parse, problem, resolve_device, set_threads
 from envs import ENVS, EnvPool, EnvSpec, close_pool, open_pool, server_url
 
 
@@ -57,6 +57,10 @@ class EvalConfig(AgentConfig):
     """use only the first N tasks (0: all)"""
     parallel: int = flag(64, at_least=1)
     """episodes in flight at once"""
+    generation_batch_size: int = flag(256, at_least=1)
+    """episodes that generate at once (their KV caches share the memory); the rest wait (train.py's flag)"""
+    mixed_precision: str = flag("no", choices=("no", "fp16", "bf16"))
+    """autocast of generation: the precision the policy trained in (train.py's flag)"""
     out: str = "runs/eval"
     """output folder: summary.json, summary.md, trajectories.jsonl, report.html"""
     render: bool = False
@@ -160,12 +164,15 @@ def _markdown(head: list[str], body: list[list[str]]) -> str:
 
 
 def evaluate(policy: Policy, pool: EnvPool, spec: EnvSpec, task_ids: list[int], n_samples: int = 1,
-             max_turns: int = 20, desc: str = "eval"):
-    """Roll out every task n_samples times (sampling at the policy's temperature). With N processes
-    (`accelerate launch`, machinery/dist.py) each rolls out its share of the episodes and every process gets
-    all of them back, in task order."""
+             max_turns: int = 20, desc: str = "eval", batch_size: int = 256):
+    """Roll out every task n_samples times (sampling at the policy's temperature), at most
+    `batch_size` episodes generating at once (--generation-batch-size: the KV caches of an
+    evaluation are as large as a training step's). With N processes (`accelerate launch`,
+    machinery/dist.py) each rolls out its share of the episodes and every process gets all of them
+    back, in task order. Call it under the run's autocast (config.autocast)."""
     tasks = [t for t in task_ids for _ in range(n_samples)]
-    trajs = rollout(policy, pool, spec, dist.shard(tasks), max_turns, desc=desc if dist.is_main() else None)
+    trajs = rollout(policy, pool, spec, dist.shard(tasks), max_turns, batch_size=batch_size,
+                    desc=desc if dist.is_main() else None)
     trajs = dist.gather(trajs)
     return summarise(trajs, n_samples), trajs
 
@@ -265,13 +272,14 @@ def write_trajectories(path: str, trajs, step: int | None = None) -> None:
 
 
 def sweep_max_turns(policy: Policy, pool: EnvPool, spec: EnvSpec, task_ids: list[int], horizons: list[int],
-                    n_samples: int = 1) -> list[dict]:
+                    n_samples: int = 1, batch_size: int = 256) -> list[dict]:
     """Test-time interaction scaling (AgentGym-RL's figure of success vs interaction turns): the
     same policy and tasks evaluated at several turn limits. One summary per horizon, with
     `max_turns` and the share of episodes the limit cut (`cut_share`) added."""
     rows = []
     for h in horizons:
-        summary, trajs = evaluate(policy, pool, spec, task_ids, n_samples, h, desc=f"max turns {h}")
+        summary, trajs = evaluate(policy, pool, spec, task_ids, n_samples, h, desc=f"max turns {h}",
+                                  batch_size=batch_size)
         summary["max_turns"] = h
         summary["cut_share"] = float(np.mean([not t.done and t.turns >= h for t in trajs])) if trajs else 0.0
         rows.append(summary)
@@ -324,11 +332,15 @@ def main(argv=None):
             trajs = expert_rollout(pool, spec, [t for t in tasks for _ in range(cfg.n_samples)],
                                    cfg.max_turns or spec.default_horizon)
             summary = summarise(trajs, cfg.n_samples)
-        elif cfg.sweep_max_turns:
-            rows = sweep_max_turns(policy, pool, spec, tasks, [int(h) for h in cfg.sweep_max_turns.split(",")],
-                                   cfg.n_samples)
         else:
-            summary, trajs = evaluate(policy, pool, spec, tasks, cfg.n_samples, cfg.max_turns or spec.default_horizon)
+            with autocast(cfg.mixed_precision, here.device):  # generate in the precision the policy trained in
+                if cfg.sweep_max_turns:
+                    rows = sweep_max_turns(policy, pool, spec, tasks, [int(h) for h in cfg.sweep_max_turns.split(",")],
+                                           cfg.n_samples, cfg.generation_batch_size)
+                else:
+                    summary, trajs = evaluate(policy, pool, spec, tasks, cfg.n_samples,
+                                              cfg.max_turns or spec.default_horizon,
+                                              batch_size=cfg.generation_batch_size)
     finally:
         close_pool(pool)
     if not dist.is_main():  # every process has every episode (dist.gather); the main one writes

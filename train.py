@@ -57,7 +57,7 @@ import view
 from agent import Policy, rollout
 from algorithm import Algorithm, dynamic_sampling, load_state, mask_truncated, save_state
 from batch import Batch, make_batch, micro_batches, token_logprobs
-from machinery.logprobs import LogprobForward
+from machinery.logprobs import LogprobForward, disable_dropout
 from benchmarks.binding_probe import binding, collect_states, probe_tasks
 from config import AgentConfig, check_split, flag, load_agent, parse, resolve_device, set_threads
 from envs import ENVS, EnvPool, EnvSpec, close_pool, open_pool, server_url
@@ -76,6 +76,8 @@ ALGOS = {
 }
 REAL_MODEL_LR = 1e-6  # the paper's; the tiny policy's is tiny.LR
 MAX_FAILED_STEPS = 3  # consecutive steps whose every episode hit an environment error: give up
+ON_POLICY_TOL = 2e-2  # mean |log pi - log pi_old| per agent token before the first step: bf16's floor
+# (SmolLM2, benchmarks/gpu_check.py --cpu: 1.8e-2 mean, 0.11 max; float32: ~1e-5)
 
 
 @dataclass
@@ -173,9 +175,9 @@ class Config(AgentConfig):
     resume: str = flag("", check=lambda path: check_checkpoint(path))
     """checkpoint folder to continue from (model, optimizer, algorithm state, step, RNG)"""
     mixed_precision: str = flag("no", choices=("no", "fp16", "bf16"))
-    """Accelerate mixed precision: no, fp16, bf16 (autocast; the trained weights stay float32)"""
+    """no, fp16, bf16: autocast at rollout, evaluation and update alike (the trained weights stay float32; docs/gpu.md, "Precision")"""
     generation_batch_size: int = flag(256, at_least=1)
-    """episodes that generate at once at rollout (their KV caches share the memory); the rest wait"""
+    """episodes that generate at once at rollout and evaluation (their prefill's memory); the rest wait"""
     micro_batch_size: int = flag(0, at_least=0)
     """rows per forward/backward at most; a minibatch's gradients are accumulated over them (the step is the same); 0: no row limit"""
     micro_batch_tokens: int = flag(4096, at_least=0)
@@ -217,6 +219,9 @@ class Config(AgentConfig):
         super().__post_init__()
         check_split(self.env, "train_split", self.train_split)
         check_split(self.env, "test_split", self.test_split)
+        if self.ref_device == "cpu" and self.lora_rank:  # nothing to move: the reference is the policy's own base
+            raise ValueError("--ref-device cpu does nothing with --lora-rank: the reference model is the policy's "
+                             "base with its adapters off, which stays where the policy is; leave --ref-device at auto")
         if self.group_size < 2 and self.algo in ("grpo", "rloo", "gigpo"):
             raise ValueError(f"--group-size {self.group_size}: {self.algo} compares the samples of a task's "
                              "group, so it needs at least 2 (ppo and reinforce_pp learn from 1)")
@@ -233,13 +238,20 @@ def seed_everything(seed: int):
 
 
 def rng_state() -> dict:
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """Every random stream a step draws from: python's (tasks), numpy's, torch's CPU generator and,
+    on a GPU, this process's CUDA generator (torch.multinomial samples there)."""
+    s = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        s["cuda"] = torch.cuda.get_rng_state()
+    return s
 
 
 def set_rng_state(s: dict):
     random.setstate(s["python"])
     np.random.set_state(s["numpy"])
     torch.set_rng_state(s["torch"])
+    if "cuda" in s and torch.cuda.is_available():
+        torch.cuda.set_rng_state(s["cuda"])
 
 
 def train(cfg: Config, profile: list[dict] | None = None) -> dict:
@@ -277,16 +289,22 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
                 cut = [t.truncated > 0 for t in trajs]
                 extra["charts/overlong_masked"] = dist.global_sum(mask_truncated(batch, cut))
             t_update = time.time()
+            if cfg.mixed_precision != "no":
+                extra.update(recompute_old_logprobs(run, batch, tm))
             if cfg.kl_coef:
                 with timed(tm, "reference"), accelerator.autocast(), lora.reference(policy.model), \
                         dist.full_weights(forward):
                     batch.ref_logprobs = reference_logprobs(run.ref_model or policy.model, batch, cfg)
-            # (an algorithm with a model of its own, PPO's critic, reads the batch here)
+            # (an algorithm with a model of its own reads the batch here)
             with timed(tm, "advantages"), accelerator.autocast():
                 algo.advantages(batch, cfg, state)
             # 4. update: `epochs` passes of clipped-ratio steps over minibatches
             policy.model.train()
             stats = update(forward, batch, len(trajs), algo, cfg, state, accelerator, run.trained, tm)
+            if step == run.start and run.main:  # before any optimizer step the ratio must be 1 (ON_POLICY_TOL)
+                gap = stats["charts/on_policy_gap"]
+                tqdm.write(f"first minibatch: |log ratio| mean {gap:.2e}, max {stats['charts/on_policy_gap_max']:.2e} "
+                           f"({'on-policy' if gap <= ON_POLICY_TOL else 'NOT on-policy'} at tolerance {ON_POLICY_TOL:g})")
             signals.check_finite(policy.model, step)  # NaN weights stop the run here, never saved
             # 5. log (with the periodic evaluation), checkpoint
             gen_tokens = int(dist.global_sum(int(batch.loss_mask.sum())))
@@ -414,10 +432,13 @@ def load_models(cfg: Config, accelerator, device: str, saved: dict | None):
     and the path of the run's starting weights, which the reference is."""
     policy = load_agent(cfg, accelerator.device, model=cfg.resume or None, trainable=True)
     half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.mixed_precision)
-    half = half if device == "cuda" else None
     if cfg.lora_rank and not lora.has_adapters(policy.model):
-        policy.model = lora.add_adapters(policy.model.to(half or torch.float32), cfg.lora_rank,
-                                         cfg.lora_alpha)
+        policy.model = lora.add_adapters(policy.model, cfg.lora_rank, cfg.lora_alpha)
+    if half and lora.has_adapters(policy.model):  # fresh or resumed: the frozen base in 2 bytes, adapters fp32
+        for p in policy.model.parameters():
+            p.data = p.data if p.requires_grad else p.data.to(half)
+    disable_dropout(policy.model)  # the update's train mode must score like the rollout's eval mode
+    policy.model.get_output_embeddings().float()  # (the head stays float32: logprobs.fp32_head)
     if cfg.gradient_checkpointing:  # active in train mode only: generation keeps its KV cache
         policy.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     ref_path = saved["ref_path"] if saved else policy.path
@@ -425,8 +446,9 @@ def load_models(cfg: Config, accelerator, device: str, saved: dict | None):
     if cfg.kl_coef and not lora.has_adapters(policy.model):
         ref_device = "cpu" if cfg.ref_device == "cpu" else accelerator.device
         ref_model = load_agent(cfg, ref_device, model=ref_path).model.eval().requires_grad_(False)
-        if half and ref_device != "cpu":
+        if half and str(ref_device) != "cpu":
             ref_model.to(half)  # frozen: no fp32 master copy needed
+            ref_model.get_output_embeddings().float()  # but the head in float32 (logprobs.fp32_head)
     return policy, ref_model, ref_path
 
 
@@ -483,10 +505,11 @@ def evaluation(run: Run, when: str, step: int = 0) -> dict:
         not at_step or step % cfg.probe_every == 0 or step in (1, cfg.steps))
     if not (evaluate_now or probe_now):
         return m
-    with dist.full_weights(run.forward):  # FSDP: generation needs the whole weights
+    # FSDP: generation needs the whole weights; in the run's precision and generation batches
+    with dist.full_weights(run.forward), run.accelerator.autocast():
         if evaluate_now:
             ev, episodes = evaluate(run.policy, run.pool, run.spec, run.test_tasks, cfg.eval_samples,
-                                    run.eval_turns, desc="eval" if at_step else f"eval {when}")
+                                    run.eval_turns, "eval" if at_step else f"eval {when}", cfg.generation_batch_size)
         if probe_now:
             probed = binding(run.policy, run.probe).__dict__
     if at_step:
@@ -516,7 +539,8 @@ def roll_groups(run: Run, horizon: int, tm=None, round_: int = 0) -> list:
     cfg = run.cfg
     tasks = random.sample(run.train_tasks, cfg.tasks_per_step)
     mine = [g for g in dist.shard(list(range(len(tasks)))) for _ in range(cfg.group_size)]  # whole groups
-    with timed(tm, "rollout"), dist.full_weights(run.forward):
+    # in the update's precision (--mixed-precision): bf16 activations and KV cache
+    with timed(tm, "rollout"), dist.full_weights(run.forward), run.accelerator.autocast():
         return rollout(run.policy, run.pool, run.spec, [tasks[g] for g in mine], horizon,
                        groups=[round_ * cfg.tasks_per_step + g for g in mine],
                        batch_size=cfg.generation_batch_size, timings=tm)
@@ -528,6 +552,17 @@ def refill(run: Run, trajs: list, step: int, horizon: int, tm=None) -> tuple[lis
     want = len(dist.shard(list(range(run.cfg.tasks_per_step))))
     more = lambda r: usable(roll_groups(run, horizon, tm, r), step)
     return dynamic_sampling(trajs, more, want, run.cfg.dynamic_max_rounds)
+
+
+def recompute_old_logprobs(run: Run, batch: Batch, tm=None) -> dict:
+    """pi_old from the training forward, as verl does, under --mixed-precision: in bf16/fp16 the
+    sampler's cached one-token decoding rounds differently from the update's full forward, so the
+    sampled log-probs would make the first ratio != 1 (docs/gpu.md, "Precision"; in float32 they
+    agree to 2e-4 and are kept). Returns the mean |sampled - recomputed| per agent token."""
+    with timed(tm, "old_logprobs"), run.accelerator.autocast(), dist.full_weights(run.forward):
+        sampled, batch.old_logprobs = batch.old_logprobs, reference_logprobs(run.policy.model, batch, run.cfg)
+    gap = dist.global_sum(float(((sampled - batch.old_logprobs).abs() * batch.loss_mask).sum()))
+    return {"charts/sampling_logprob_gap": gap / max(dist.global_sum(float(batch.loss_mask.sum())), 1.0)}
 
 
 def usable(trajs: list, step: int) -> list:
@@ -639,6 +674,7 @@ def update(forward, batch, n_trajs: int, algo, cfg, state, accelerator, trained,
     n_minibatches = max(1, math.ceil(dist.global_sum(n_trajs) / cfg.minibatch_size))  # the same on every process
     filler = batch.select(torch.arange(1)).trim()  # a weight-0 pass for a process with nothing in a minibatch
     stats: dict[str, list] = {}
+    first = None  # the first minibatch's |log ratio| (mean, max): 0 up to rounding, or pi_old is not the policy's
     skipped = 0  # optimizer steps skipped for a non-finite loss or gradient
     for _ in range(cfg.epochs):
         for part in torch.randperm(n_trajs).tensor_split(n_minibatches):
@@ -655,11 +691,14 @@ def update(forward, batch, n_trajs: int, algo, cfg, state, accelerator, trained,
                         opt.step()
                 else:  # a NaN/inf loss or gradient would poison the weights: skip (signals.py's alarm)
                     skipped += 1
+            top = st.pop("max_log_ratio")
+            first = first or (st["losses/abs_log_ratio"], top)
             for k, v in st.items():
                 stats.setdefault(k, []).append(v)
     for _, opt in trained:  # free the gradients before the next rollout
         opt.zero_grad(set_to_none=True)
-    return {**{k: float(np.mean(v)) for k, v in stats.items()}, "signals/nonfinite_skips": skipped}
+    return {**{k: float(np.mean(v)) for k, v in stats.items()}, "signals/nonfinite_skips": skipped,
+            "charts/on_policy_gap": first[0], "charts/on_policy_gap_max": first[1]}
 
 
 def accumulate_gradients(forward, mb, algo, cfg, state, accelerator, filler=None) -> dict:
@@ -683,6 +722,7 @@ def accumulate_gradients(forward, mb, algo, cfg, state, accelerator, filler=None
     passes += [(filler or micros[-1], 0.0)] * (dist.global_max(len(passes)) - len(passes))
     models = [forward] + ([state.model] if state is not None else [])
     stats: dict[str, float] = {}
+    max_log_ratio = 0.0
     for i, (micro, w) in enumerate(passes):
         with contextlib.ExitStack() as no_sync:
             if i < len(passes) - 1:  # accumulate locally; the last backward averages over the processes
@@ -694,8 +734,14 @@ def accumulate_gradients(forward, mb, algo, cfg, state, accelerator, filler=None
             accelerator.backward(loss * w * dist.world())
         for k, v in {**st, "losses/loss": loss.item()}.items():
             stats[k] = stats.get(k, 0.0) + w * v
+        agent = micro.loss_mask.to(logp.device) > 0
+        gap = (logp.detach() - micro.old_logprobs.to(logp.device))[agent].abs()  # |log ratio| per agent token
+        stats["losses/abs_log_ratio"] = stats.get("losses/abs_log_ratio", 0.0) + w * float(gap.mean() if len(gap) else 0.0)
+        if w > 0 and len(gap):
+            max_log_ratio = max(max_log_ratio, float(gap.max()))
     keys = sorted(stats)  # the same on every process
-    return dict(zip(keys, dist.global_sum(torch.tensor([stats[k] for k in keys], dtype=torch.float64)).tolist()))
+    out = dict(zip(keys, dist.global_sum(torch.tensor([stats[k] for k in keys], dtype=torch.float64)).tolist()))
+    return {**out, "max_log_ratio": dist.global_max(max_log_ratio)}
 
 
 @torch.no_grad()

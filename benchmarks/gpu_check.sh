@@ -1,47 +1,52 @@
 #!/usr/bin/env bash
-# What one GPU gives this project: peak memory and tokens/s of an update at several sequence
-# lengths (old path vs chunked), then two real training steps (rollout tokens/s, update tokens/s,
-# peak memory) with the flags of the memory plan.
+# The one command for the first GPU (about 10 minutes on one card): does the GPU path do what the
+# CPU tests say it does? Prints one table and exits non-zero if any check fails.
 #
-#   bash benchmarks/gpu_check.sh                                   # Qwen/Qwen2.5-1.5B-Instruct
-#   MODEL=/path/to/model SEQ_LENS=2048,8192 bash benchmarks/gpu_check.sh
-#   MODEL=Qwen/Qwen2.5-7B-Instruct FLAGS="--micro-batch-size 1 --gradient-checkpointing true \
-#       --mixed-precision bf16 --lora-rank 64" bash benchmarks/gpu_check.sh
+#   bash benchmarks/gpu_check.sh                   # on a GPU
+#   GPU_CHECK_CPU=1 bash benchmarks/gpu_check.sh   # every part, small, on a CPU (proves the script)
 #
-# Everything it measures is printed and kept under $OUT_DIR (default runs/gpu_check).
-set -euo pipefail
+# 1. benchmarks/gpu_check.py: for SmolLM2-135M-Instruct and a Qwen2-shaped model from a config,
+#    bf16 generation against the update's forward (and float32), the first minibatch on-policy after
+#    pi_old is recomputed, the peak memory of a bf16 rollout against benchmarks/memory_plan.py, and
+#    agent.generate's tokens/s against model.generate's on the same prompts; then FSDP (FULL_SHARD,
+#    bf16 MixedPrecision) with its weight gathers counted (tests/fsdp_bf16.py).
+# 2. Two real training steps of SmolLM2 under --mixed-precision bf16 (train.py prints the first
+#    minibatch's |log ratio|; its metrics give rollout tokens/s and peak memory).
+# Everything is kept under $OUT_DIR (default runs/gpu_check).
+set -uo pipefail
 cd "$(dirname "$0")/.."
-MODEL=${MODEL:-Qwen/Qwen2.5-1.5B-Instruct}
-SEQ_LENS=${SEQ_LENS:-1024,4096,8192}
-FLAGS=${FLAGS:---micro-batch-size 1 --gradient-checkpointing true --mixed-precision bf16}
-DEVICE=${DEVICE:-cuda}
-STEPS=${STEPS:-2}
 OUT_DIR=${OUT_DIR:-runs/gpu_check}
 mkdir -p "$OUT_DIR"
 export PYTHONUNBUFFERED=1
-
-if [ "$DEVICE" = cuda ]; then
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true
-  GB=$(python -c "import torch; print(round(torch.cuda.get_device_properties(0).total_memory / 1e9 * 0.9, 1))")
-  BF16=--bf16
+if [ "${GPU_CHECK_CPU:-0}" = 1 ]; then
+  DEVICE=cpu; CPU_FLAG=--cpu; STEPS_FLAGS="--tasks-per-step 1 --group-size 2 --max-new-tokens 8 --rounds 2"
 else
-  GB=${GB:-8}; BF16=
+  DEVICE=cuda; CPU_FLAG=; STEPS_FLAGS="--tasks-per-step 4 --group-size 4 --max-new-tokens 128 --rounds 3"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true
 fi
-echo "== memory plan for $MODEL (estimate from its config; $GB GB usable)"
-python benchmarks/memory_plan.py --model "$MODEL" --seq-len 8192 --gpu-gb "$GB" | tee "$OUT_DIR/plan.md"
+fail=0
 
-echo "== one update (policy + reference + AdamW step) per sequence length"
-python benchmarks/update_memory.py --device "$DEVICE" $BF16 --models "$MODEL" --paths before,after,after+ckpt \
-  --seq-lens "$SEQ_LENS" --max-gb "$GB" --out "$OUT_DIR/update.jsonl" | tee "$OUT_DIR/update.md"
+echo "== checks (benchmarks/gpu_check.py $CPU_FLAG)"
+python benchmarks/gpu_check.py $CPU_FLAG 2>&1 | grep -v -i "warn" | tee "$OUT_DIR/checks.md"
+[ "${PIPESTATUS[0]}" = 0 ] || fail=1
 
-echo "== $STEPS training steps: python train.py --model $MODEL $FLAGS"
-python train.py --model "$MODEL" --env babyai --device "$DEVICE" --steps "$STEPS" --eval-episodes 0 \
-  --tasks-per-step 4 --group-size 4 --rounds 5 --max-new-tokens 256 $FLAGS --out "$OUT_DIR/train"
-python - "$OUT_DIR/train/metrics.jsonl" <<'EOF'
+echo "== 2 training steps: python train.py --model smollm2 --mixed-precision bf16 ($DEVICE)"
+python train.py --model smollm2 --env babyai --device "$DEVICE" --steps 2 --eval-episodes 0 $STEPS_FLAGS \
+  --mixed-precision bf16 --micro-batch-size 1 --gradient-checkpointing true --out "$OUT_DIR/train" \
+  > "$OUT_DIR/train.log" 2>&1 || { fail=1; tail -20 "$OUT_DIR/train.log"; }
+grep "first minibatch" "$OUT_DIR/train.log"
+python - "$OUT_DIR/train/metrics.jsonl" <<'EOF' || fail=1
 import json, sys
-for line in open(sys.argv[1]):
-    m = json.loads(line)
-    print(f"step {m['step']}: rollout {m['charts/tokens_per_s']:.0f} agent tokens/s, "
-          f"update {m.get('perf/update_tokens_per_s', float('nan')):.0f} tokens/s, "
-          f"{m['charts/seconds_per_step']:.1f} s/step, peak memory {m.get('perf/peak_memory_gb', float('nan')):.1f} GB")
+from train import ON_POLICY_TOL
+rows = [json.loads(line) for line in open(sys.argv[1])]
+print("| step | rollout agent tokens/s | update tokens/s | peak GB | sampled vs pi_old | first minibatch mean, max abs log ratio |")
+print("|---|---|---|---|---|---|")
+for m in rows:
+    print(f"| {m['step']} | {m['charts/tokens_per_s']:.0f} | {m['perf/update_tokens_per_s']:.0f} | "
+          f"{m['perf/peak_memory_gb']:.2f} | {m.get('charts/sampling_logprob_gap', float('nan')):.1e} | "
+          f"{m['charts/on_policy_gap']:.1e}, {m['charts/on_policy_gap_max']:.1e} |")
+sys.exit(0 if len(rows) == 2 and rows[0]["charts/on_policy_gap"] <= ON_POLICY_TOL else 1)
 EOF
+
+if [ "$fail" = 0 ]; then echo "gpu_check: all passed"; else echo "gpu_check: FAILED"; fi
+exit "$fail"

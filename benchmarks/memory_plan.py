@@ -13,9 +13,13 @@ train.py one at a time, then removing each one from the full set:
                  it the plan takes the whole minibatch at once (--micro-batch-tokens 0), an upper
                  bound: train.py's default token budget already cuts micro-batches of long rows
     ckpt         --gradient-checkpointing: keep each layer's input, recompute the rest in backward
-    bf16         --mixed-precision bf16: activations and KV cache in 2 bytes (weights stay fp32)
-    ref-cpu      --ref-device cpu: the frozen reference model off the accelerator
-    gen-batch    --generation-batch-size G: at most G episodes generate at once (KV cache)
+    bf16         --mixed-precision bf16: autocast at rollout and update: activations and values in 2
+                 bytes; keys stay fp32 (RoPE multiplies them by fp32 cos/sin); weights stay fp32, plus
+                 autocast's bf16 copy of every trained weight while it is on (2P)
+    ref-cpu      --ref-device cpu: the frozen reference model off the accelerator (not with LoRA)
+    gen-batch    --generation-batch-size G: at most G episodes run a forward at once (the prefill's
+                 transient); it does NOT bound the KV cache of whole-conversation episodes, whose
+                 caches are all kept between turns
     lora         --lora-rank R: frozen base (in bf16 with bf16), trainable adapters; reference =
                  the base with adapters off (no second copy)
 
@@ -27,7 +31,12 @@ The model of memory (bytes; P parameters, L layers, H hidden, I MLP width, V voc
     checkpointing only the layer input (H fp32 values) plus one layer's activations at a time;
     logits, old path: OLD_LOGIT_COPIES float32 copies of (rows, T, V), for the whole rollout
     batch at once in the reference pass (as the old train.py did); chunked: CHUNK_COPIES (C, V);
-    rollout: weights + resident training state + KV cache 2 * L * kv_heads * head_dim * tokens.
+    rollout (what it really holds, measured with tests/test_precision.py's models and
+    benchmarks/gpu_check.py): weights + AdamW's states + the reference + autocast's bf16 weight
+    copy, the KV cache of EVERY episode of the rollout batch at full length (whole-conversation
+    mode keeps each generation batch's cache between turns), L * kv_heads * head_dim * tokens
+    elements each for keys and values, keys 4 bytes, values 4 (2 under bf16), and one generation
+    batch's prefill transient.
 The constants were fitted to what `benchmarks/update_memory.py` measured on CPU (see README);
 the estimate is a guide to which flags a card needs, not a promise to the last GB.
 """
@@ -121,6 +130,15 @@ class Run:
 OPTIONS = ["chunked", "micro", "ckpt", "bf16", "ref_cpu", "gen_batch", "lora"]  # the plan adds them in this order
 
 
+def autocast_copy(s: Shape, r: Run) -> float:
+    """Bytes of autocast's cache: a bf16 copy of every fp32 weight that requires grad, alive for
+    the whole autocast region (the rollout; each micro-batch's forward and backward). A LoRA base
+    is frozen and already bf16: only the adapters are copied."""
+    if not r.bf16:
+        return 0.0
+    return 2 * (s.lora_params(r.lora_rank) if r.lora else s.params())
+
+
 def update_parts(s: Shape, r: Run) -> dict[str, float]:
     """Bytes of each part alive at the peak of an update (policy forward/backward + optimizer)."""
     P = s.params()
@@ -130,6 +148,7 @@ def update_parts(s: Shape, r: Run) -> dict[str, float]:
         "weights": (2 * P if r.lora and r.bf16 else 4 * P) + (4 * trained if r.lora else 0),
         "grads+adam": 12 * trained,
         "reference": 0 if (r.ref_cpu or r.lora) else (2 if r.bf16 else 4) * P,
+        "autocast_copy": autocast_copy(s, r),
     }
     rows = r.micro_batch_size if r.micro else r.minibatch_size
     tokens = rows * r.seq_len
@@ -157,22 +176,25 @@ def reference_pass(s: Shape, r: Run) -> float:
 
 
 def rollout_parts(s: Shape, r: Run) -> dict[str, float]:
-    """Bytes at the peak of a rollout: the resident training state + KV cache + one prefill."""
+    """Bytes at the peak of a rollout: the resident training state, autocast's weight copy, the
+    kept KV caches of every episode, one generation batch's prefill."""
     u = update_parts(s, r)
     act = 2 if r.bf16 else 4
-    tokens = min(r.rollout_batch, r.generation_batch_size if r.gen_batch else r.rollout_batch) * r.seq_len
+    running = min(r.rollout_batch, r.generation_batch_size if r.gen_batch else r.rollout_batch) * r.seq_len
+    kept = r.rollout_batch * r.seq_len  # every episode's cache, kept between turns
     return {
         "resident": u["weights"] + u["grads+adam"] - 4 * (s.lora_params(r.lora_rank) if r.lora else s.params())
         + u["reference"],  # gradients are freed after the optimizer step
-        "kv_cache": 2 * s.layers * s.kv_heads * s.head_dim * act * tokens,
-        "prefill": tokens * (4 * s.hidden + 2 * s.inter) * act,  # one layer's transient at a time
+        "autocast_copy": autocast_copy(s, r),
+        "kv_cache": s.layers * s.kv_heads * s.head_dim * (4 + act) * kept,  # keys fp32, values in act
+        "prefill": running * (4 * s.hidden + 2 * s.inter) * act,  # one layer's transient at a time
     }
 
 
 def peaks(s: Shape, r: Run) -> tuple[float, float]:
     u = update_parts(s, r)
     resident = u["weights"] + u["grads+adam"] + u["reference"]
-    update = max(sum(u.values()), resident + reference_pass(s, r))
+    update = max(sum(u.values()), resident + u["autocast_copy"] + reference_pass(s, r))
     return sum(rollout_parts(s, r).values()) / GB, update / GB
 
 
@@ -180,7 +202,8 @@ def flags(r: Run) -> str:
     f = {"micro": f"--micro-batch-size {r.micro_batch_size}", "ckpt": "--gradient-checkpointing true",
          "bf16": "--mixed-precision bf16", "ref_cpu": "--ref-device cpu", "lora": f"--lora-rank {r.lora_rank}",
          "gen_batch": f"--generation-batch-size {r.generation_batch_size}"}
-    return " ".join(v for k, v in f.items() if getattr(r, k)) or "(none)"
+    on = [k for k in f if getattr(r, k) and not (k == "ref_cpu" and r.lora)]  # LoRA: no reference copy to move
+    return " ".join(f[k] for k in on) or "(none)"
 
 
 def table(s: Shape, base: Run, gpu_gb: float) -> list[str]:
@@ -198,8 +221,9 @@ def table(s: Shape, base: Run, gpu_gb: float) -> list[str]:
 
 
 def plan(run: Run, gpu_gb: float) -> list[str]:
-    """For each Qwen2.5 size: the fewest options (in the order above) that fit, LoRA last."""
-    out = ["| model | params | flags | rollout GB | update GB |", "|---|---|---|---|---|"]
+    """For each Qwen2.5 size: the fewest options (in the order above) that fit, LoRA last; when
+    even all of them do not, fewer episodes per rollout (tasks x group: the kept KV caches)."""
+    out = ["| model | params | flags | episodes per rollout | rollout GB | update GB |", "|---|---|---|---|---|---|"]
     for name in ["Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-3B-Instruct", "Qwen/Qwen2.5-7B-Instruct"]:
         s = shape_of(name)
         r = dataclasses.replace(run, chunked=True)
@@ -207,9 +231,11 @@ def plan(run: Run, gpu_gb: float) -> list[str]:
             if max(peaks(s, r)) <= SPARE * gpu_gb:
                 break
             r = dataclasses.replace(r, **{o: True})
+        while max(peaks(s, r)) > SPARE * gpu_gb and r.rollout_batch > 1:
+            r = dataclasses.replace(r, rollout_batch=r.rollout_batch // 2)
         ro, up = peaks(s, r)
         fits = "" if max(ro, up) <= SPARE * gpu_gb else " (does not fit)"
-        out.append(f"| {name} | {s.params() / 1e9:.2f}B | `{flags(r)}`{fits} | {ro:.1f} | {up:.1f} |")
+        out.append(f"| {name} | {s.params() / 1e9:.2f}B | `{flags(r)}`{fits} | {r.rollout_batch} | {ro:.1f} | {up:.1f} |")
     return out
 
 

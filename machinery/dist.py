@@ -107,13 +107,23 @@ def full_weights(model):
     """Under FSDP (accelerate_configs/fsdp_7b.yaml) each process holds 1/N of every weight, and a wrapped
     layer all-gathers its weights in each forward: a collective, so every process would have to run
     the same number of forwards, which generation does not (episodes end when they end). Here the
-    whole weights are gathered once (FSDP's summon_full_params, read-only) so that generation runs
-    on them with no collective, and freed after. `model`: what Accelerate prepared; anything else
-    than FSDP: nothing to do."""
+    whole weights are gathered once (FSDP's summon_full_params, read-only) and, while they are,
+    each wrapped layer's forward is its inner module's: with a MixedPrecision policy FSDP's own
+    forward would all-gather the bf16 copy again at every decoding step (a hang when processes
+    decode different numbers of tokens; tests/fsdp_bf16.py). Generation then runs on the full
+    weights under the run's autocast, with no collective, and they are freed after. `model`: what
+    Accelerate prepared; anything else than FSDP: nothing to do."""
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
-    if isinstance(model, FSDP):
-        with FSDP.summon_full_params(model, writeback=False):
-            yield
-    else:
+    if not isinstance(model, FSDP):
         yield
+        return
+    wrapped = [m for m in model.modules() if isinstance(m, FSDP)]
+    with FSDP.summon_full_params(model, writeback=False):
+        for m in wrapped:
+            m.forward = m._fsdp_wrapped_module.forward  # an instance attribute shadows FSDP.forward
+        try:
+            yield
+        finally:
+            for m in wrapped:
+                del m.forward

@@ -107,6 +107,15 @@ def encode(model, news: list[list[int]], starts: list[int], past: Encoded | None
 BUCKET_SPREAD = 1.25  # a prefill bucket's longest prompt is at most this times its shortest
 
 
+def sliding(model) -> bool:
+    """Whether some layer of `model` attends to a sliding window (Mistral, Gemma 2/3): its cache
+    keeps only the last window's columns, so caches of different widths cannot be joined by
+    padding, nor rows of one copied under a longer mask."""
+    c = model.config
+    types = getattr(c, "layer_types", None)
+    return "sliding_attention" in types if types else getattr(c, "sliding_window", None) is not None
+
+
 def prefill(model, news, starts, past, pad, device):
     """`encode`, but fresh prompts are encoded once each (GRPO's group of rollouts of one task
     starts from one prompt: its cache rows are copies), and new tokens of very different lengths
@@ -114,7 +123,7 @@ def prefill(model, news, starts, past, pad, device):
     padding to the longest would otherwise cost up to 2x the tokens (the prefill's cost is per
     token). The buckets' caches are then joined, each left-padded with masked zero columns, into
     one batch for decoding. Row order is kept."""
-    if len(news) == 1 or (past is not None and not past.full_width()):
+    if len(news) == 1 or sliding(model) or (past is not None and not past.full_width()):
         return encode(model, news, starts, past, pad, device)
     first: dict[tuple, int] = {}
     where = [first.setdefault(tuple(x), len(first)) for x in news]

@@ -25,6 +25,15 @@ its exp and the entropy's product each add one (issue 12). Here instead:
 
 Rows that start with the same prompt (a GRPO group's first observation) run it once in step 1
 (`agent_states`): its keys and values are copied to each row, and only the rest of each row runs.
+Rows may be padded on the left or the right. Under FSDP that path is off: it runs the decoder once
+or twice depending on the data, and every FSDP forward is a collective that all processes must
+issue alike (a process whose rows share no prompt would wait forever for the others' second one).
+
+Precision. Call it under the autocast of the run (`--mixed-precision`); `train.py` samples under
+the same one. The sampler's cached one-token decoding still rounds differently in bf16, which is
+why train.py then recomputes pi_old with this forward (docs/gpu.md, "Precision"). Dropout is off
+(`disable_dropout`): the update runs in train mode, the rollout in eval mode, and both must score
+the same distribution.
 
 Observation and template tokens never reach the LM head at all. With action masking the mask of a
 position is rebuilt per chunk from the ids allowed there, stored as a small (..., K) id list padded
@@ -38,7 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from machinery.kv_cache import cache_rows
+from machinery.kv_cache import cache_rows, sliding
 
 CHUNK_ELEMENTS = 2**25
 """Default chunk: C = CHUNK_ELEMENTS // V positions, so one (C, V) float32 tensor is 128 MiB."""
@@ -126,6 +135,58 @@ def agent_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     return logp, torch.cat(ents) if with_entropy else None
 
 
+def disable_dropout(model) -> None:
+    """Dropout off everywhere in `model` (nn.Dropout modules, and the float `*dropout*` rates that
+    attention layers read themselves when training), as TRL's disable_dropout does: the update
+    runs the policy in train mode (gradient checkpointing needs it) and must compute the same
+    log-probs as the rollout's eval mode, or the first ratio is not 1."""
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+        for name, value in list(vars(m).items()):
+            if "dropout" in name and isinstance(value, float):
+                setattr(m, name, 0.0)
+
+
+def fp32_head(model) -> None:
+    """The LM head in float32 even under bf16 autocast, for the sampler and the update alike
+    (`config.load_agent` calls it). In bf16 a logit of magnitude 30 is rounded to 1/8, so log-probs
+    of the same tokens differed by up to 0.27 between SmolLM2's sampler and training forward, and
+    by 0.21 between two training forwards of the same rows in different micro-batches
+    (benchmarks/gpu_check.py); MiniMax-M1 (2025) traced its training/inference mismatch to the same
+    head. The head's cost is one (H, V) matmul per sampled token: small next to the blocks."""
+    head = model.get_output_embeddings()
+    if head is None or getattr(head, "fp32_head", False):
+        return
+    head.float()
+
+    def forward(x):
+        with torch.autocast(x.device.type, enabled=False):
+            return F.linear(x.float(), head.weight.float(), None if head.bias is None else head.bias.float())
+
+    head.forward, head.fp32_head = forward, True
+
+
+def sharded(model) -> bool:
+    """Whether FSDP (1 or 2) wraps any part of `model`: then each wrapped forward all-gathers."""
+    if not torch.distributed.is_available():
+        return False
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    kinds = (FSDP, getattr(torch.distributed.fsdp, "FSDPModule", FSDP))
+    return any(isinstance(m, kinds) for m in model.modules())
+
+
+def real_span(attn: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """(B, T) mask -> (B,) first real column, (B,) one past the last, and whether every row's real
+    tokens are contiguous (left padding, right padding or none; no holes)."""
+    real = attn > 0
+    start = real.int().argmax(-1)  # (B,) the first 1 (0 for an empty row)
+    stop = attn.shape[1] - real.flip(-1).int().argmax(-1)  # (B,)
+    contiguous = bool(torch.all((stop - start == real.sum(-1)) | ~real.any(-1)))
+    return start, stop, contiguous
+
+
 def agent_states(model, ids: torch.Tensor, attn: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
     """(N, H) decoder outputs at (rows, cols - 1), the states that predict the agent tokens.
 
@@ -137,16 +198,21 @@ def agent_states(model, ids: torch.Tensor, attn: torch.Tensor, rows: torch.Tenso
         prompts  (U, P) left-padded      -> states (U, P, H), cache per layer (U, heads, P, d)
         the rest (R, C) right-padded     -> states (R, C, H), attending to cache[which]
 
-    The same numbers as one pass over every row (tests/test_logprobs.py, gradients included: they
-    flow back through the copies into the prompt's pass). One pass when no prompt repeats, and
-    under gradient checkpointing (which runs without a cache).
+    A row's prompt and rest are read between its first and last real column, so left padding
+    (the tokenizers' side for generation) works as right padding does. The same numbers as one
+    pass over every row (tests/test_logprobs.py, gradients included: they flow back through the
+    copies into the prompt's pass). One pass when no prompt repeats, under gradient checkpointing
+    (which runs without a cache), under FSDP (a data-dependent number of collectives would hang),
+    for a sliding-window model (its cache keeps only the window) and for a mask with holes.
     """
     decoder = model.get_decoder()
     first = torch.full((ids.shape[0],), ids.shape[1], device=ids.device).scatter_reduce(0, rows, cols, "amin")
+    start, stop, contiguous = real_span(attn)
     live = rows.unique().tolist()  # the rows with agent tokens, in order
     prompts: dict[tuple, int] = {}
-    which = [prompts.setdefault(tuple(ids[b, :first[b]].tolist()), len(prompts)) for b in live]
-    if len(prompts) == len(live) or (model.training and getattr(model, "is_gradient_checkpointing", False)):
+    which = [prompts.setdefault(tuple(ids[b, start[b]:first[b]].tolist()), len(prompts)) for b in live]
+    if (len(prompts) == len(live) or not contiguous or () in prompts or sharded(model) or sliding(model)
+            or (model.training and getattr(model, "is_gradient_checkpointing", False))):
         h = decoder(input_ids=ids, attention_mask=attn, position_ids=position_ids(attn)).last_hidden_state
         return h[rows, cols - 1]
     U, P = len(prompts), max(map(len, prompts))
@@ -159,13 +225,14 @@ def agent_states(model, ids: torch.Tensor, attn: torch.Tensor, rows: torch.Tenso
     which_t = torch.tensor(which, device=ids.device)
     cache = cache_rows(out.cache, which_t)  # each row's copy of its prompt's keys and values
     live_t = torch.tensor(live, device=ids.device)
-    start, end = first[live_t], attn[live_t].sum(-1)  # (R,) where each row's rest begins and ends
-    C = int((end - start).max())
-    col = start.unsqueeze(-1) + torch.arange(C, device=ids.device)  # (R, C) the rest's columns
+    begin, end = first[live_t], stop[live_t]  # (R,) where each row's rest begins and ends
+    C = int((end - begin).max())
+    col = begin.unsqueeze(-1) + torch.arange(C, device=ids.device)  # (R, C) the rest's columns
     r_attn = (col < end.unsqueeze(-1)).to(attn.dtype)
     r_ids = ids[live_t.unsqueeze(-1), col.clamp(max=ids.shape[1] - 1)] * r_attn
+    pos = col - start[live_t].unsqueeze(-1)  # (R, C) positions count from the row's first real token
     h_rest = decoder(input_ids=r_ids, attention_mask=torch.cat([p_attn[which_t], r_attn], dim=1),
-                     position_ids=col, cache=cache, use_cache=True).last_hidden_state  # (R, C, H)
+                     position_ids=pos, cache=cache, use_cache=True).last_hidden_state  # (R, C, H)
     # agent token (b, t) is predicted from column t - 1: the prompt's last state when t is b's
     # first agent column, else the rest's state at t - 1 - first[b]
     at = torch.empty(ids.shape[0], dtype=torch.long, device=ids.device)

@@ -102,3 +102,18 @@ def test_the_fsdp_config_is_fsdp_1_wrapping_the_qwen2_layer_with_original_parame
     assert str(cfg.distributed_type).endswith("FSDP") and fsdp["fsdp_version"] == 1  # dist.full_weights: FSDP 1
     assert fsdp["fsdp_use_orig_params"] and fsdp["fsdp_auto_wrap_policy"] == "TRANSFORMER_BASED_WRAP"
     assert hasattr(modeling_qwen2, fsdp["fsdp_transformer_layer_cls_to_wrap"])
+
+
+def test_fsdp_in_bf16_with_ranks_sharing_prompts_differently_neither_hangs_nor_regathers(tmp_path):
+    """tests/fsdp_bf16.py on 2 gloo processes, FULL_SHARD with a bf16 MixedPrecision policy: process
+    0's rows share one prompt, process 1's do not, and the training forward still issues the same
+    collectives on both (before: two decoder passes on one, one on the other: a hang) and gives the
+    float32 plain pass's log-probs to bf16 rounding, with gradients. Generation decoding 3, 13 and 30
+    tokens all-gathers each of the 3 FSDP units once, not at every step (before: FSDP's bf16
+    forward gathered again per token, so processes decoding different lengths fell out of step)."""
+    launch(os.path.join("tests", "fsdp_bf16.py"), str(tmp_path))
+    for r in (0, 1):
+        d = torch.load(tmp_path / f"fsdp_rank{r}.pt", weights_only=False)
+        assert d["gathers"] == [3, 3, 3] and d["grad"]
+        assert len(d["logp"]) == len(d["ref"]) > 0
+        torch.testing.assert_close(d["logp"], d["ref"].float(), atol=2e-2, rtol=0)

@@ -171,3 +171,34 @@ def test_a_shared_prompt_runs_once_and_gives_every_row_the_plain_logprobs_and_gr
     (-(w * ref_lp[rows, cols]).mean() - 0.1 * ref_ent[rows, cols].mean()).backward()
     for n, p in model.named_parameters():
         torch.testing.assert_close(shared[n], p.grad, rtol=1e-4, atol=1e-6, msg=n)
+
+
+def left_padded(ids, attn, loss_mask, allowed_mask=None):
+    """The same rows moved to the right end: left padding (the side tokenizers pad for generation)."""
+    out = [torch.zeros_like(ids), torch.zeros_like(attn), torch.zeros_like(loss_mask)]
+    out.append(None if allowed_mask is None else torch.ones_like(allowed_mask))
+    T = ids.shape[1]
+    for b, n in enumerate(attn.sum(-1).tolist()):
+        for x, y in zip(out, (ids, attn, loss_mask, allowed_mask)):
+            if x is not None:
+                x[b, T - n:] = y[b, :n]
+    return out
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "llama"])
+def test_a_left_padded_batch_whose_rows_share_a_prompt_gets_the_plain_logprobs(kind):
+    """Rows padded on the left (pads before the prompt) still share their prompt's pass, and each
+    row's log-probs are those of the plain pass (before: the pads were read as part of the prompt,
+    up to 0.07 off, silently)."""
+    ids, attn, loss_mask, _, _ = shared_prompt_batch(masked=False)
+    ids, attn, loss_mask, _ = left_padded(ids, attn, loss_mask)
+    assert (attn[:, 0] == 0).any() and (attn[:, -1] == 1).all()
+    rows, cols = predicting_positions(loss_mask)
+    model = small_model(kind)
+    batches = []
+    model.get_decoder().register_forward_hook(lambda m, i, kw, o: batches.append(kw["input_ids"].shape), with_kwargs=True)
+    lp, ent = agent_logprobs(model, ids, attn, rows, cols, temperature=0.8, with_entropy=True)
+    assert len(batches) == 2  # the prompts' pass, then the rests'
+    ref_lp, ref_ent = full_logprobs(model, ids, attn, temperature=0.8, with_entropy=True)
+    torch.testing.assert_close(lp, ref_lp[rows, cols], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ent, ref_ent[rows, cols], rtol=1e-5, atol=1e-5)

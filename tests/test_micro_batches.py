@@ -103,23 +103,30 @@ def test_reference_logprobs_in_micro_batches_equal_one_pass():
     assert torch.all(whole[batch.loss_mask == 0] == 0) and torch.all(whole[batch.loss_mask == 1] < 0)
 
 
-def test_a_training_step_with_micro_batches_and_checkpointing_lands_on_the_same_weights(tmp_path):
-    """train.py end to end, one step: --micro-batch-size 1 --gradient-checkpointing true reaches the
-    weights of the plain run (same rollouts by seed; the update differs only in float rounding)."""
+def test_a_training_step_with_micro_batches_and_checkpointing_takes_the_same_gradient_step(tmp_path, monkeypatch):
+    """train.py end to end, one step: --micro-batch-size 1 --gradient-checkpointing true moves the
+    weights exactly as the plain run does (same rollouts by seed). The optimizer is SGD at lr 1
+    without clipping, so the change IS the gradient: AdamW's first step, about lr * sign(g), would
+    let a wrongly scaled loss pass."""
     from safetensors.torch import load_file
 
+    import tiny
     from train import train
 
+    monkeypatch.setattr(torch.optim, "AdamW", lambda params, lr: torch.optim.SGD(params, lr=lr))
+    start = tiny.load(tiny.tiny_policy_path("babyai"), "babyai").model.state_dict()
     weights = []
     for name, kw in [("plain", dict(micro_batch_tokens=0)), ("split", dict(micro_batch_size=1, gradient_checkpointing=True))]:
         train(Config(steps=1, tasks_per_step=2, group_size=2, minibatch_size=4, eval_episodes=0, rounds="2",
-                     out=str(tmp_path / name), **kw))
+                     lr=1.0, max_grad_norm=1e9, out=str(tmp_path / name), **kw))
         weights.append(load_file(str(tmp_path / name / "checkpoint" / "model.safetensors")))
     metrics = [json.loads(open(tmp_path / n / "metrics.jsonl").readline()) for n in ("plain", "split")]
     assert metrics[0]["charts/reward"] == metrics[1]["charts/reward"]  # the same rollouts
     assert metrics[1]["perf/peak_memory_gb"] > 0 and metrics[1]["perf/update_tokens_per_s"] > 0
+    moved = max(float((weights[0][k] - start[k]).abs().max()) for k in weights[0])
+    assert moved > 1e-5  # a gradient step to compare (a loss scaled by 2 would move twice as far)
     for k in weights[0]:
-        torch.testing.assert_close(weights[1][k], weights[0][k], rtol=0, atol=1e-6)
+        torch.testing.assert_close(weights[1][k] - start[k], weights[0][k] - start[k], rtol=1e-3, atol=1e-3 * moved)
 
 
 @pytest.mark.parametrize("masked", [False, True])
