@@ -4,7 +4,7 @@
     python eval.py --model tiny --task-ids 0-99 --out runs/eval_tiny
     python eval.py --model Qwen/Qwen2.5-7B-Instruct --env babyai --split all-test --max-new-tokens 512
     python eval.py --model runs/default/checkpoint --sweep-max-turns 1,2,4,8,16   # success vs max turns
-    python eval.py --env textcraft --expert --limit 100 --out demos/textcraft    # the env's expert plays
+    python eval.py --env textcraft --expert true --limit 100 --out demos/textcraft  # the expert plays
 
 Flags: `python eval.py --help`; the agent's settings (`--model`, `--temperature`,
 `--max-new-tokens`, `--context-turns`, `--mask-actions`, ...) are train.py's (config.AgentConfig).
@@ -35,8 +35,7 @@ from tqdm import tqdm
 from machinery import dist
 import view
 from agent import Policy, Trajectory, rollout
-from config import (AgentConfig, autocast, check_split, flag, load_agent, parse, problem, resolve_device,
-                    set_threads)
+from config import AgentConfig, autocast, check_split, flag, load_agent, parse, problem, resolve_device, set_threads
 from envs import ENVS, EnvPool, EnvSpec, close_pool, open_pool, server_url
 
 
@@ -67,7 +66,7 @@ class EvalConfig(AgentConfig):
     render: bool = False
     """record a picture of every observation for view.py (BabyAI's minigrid frame; other envs have none)"""
     expert: bool = False
-    """the environment's expert plays instead of a model (POST /expert): its ceiling, and its episodes as demonstrations (docs/experts.md)"""
+    """the env's expert plays instead of a model (POST /expert): its ceiling; its episodes are demonstrations"""
 
     def __post_init__(self):
         super().__post_init__()
@@ -207,7 +206,7 @@ def expert_rollout(pool: EnvPool, spec: EnvSpec, tasks: list[int], max_turns: in
             results = pool.step(live, [spec.parse_action(reply) for reply in replies])
             still = []
             for i, a, reply, r in zip(live, advice, replies, results):
-                tr, r = group[i], (a if a.get("error") else r)  # a failed /expert ends the episode as an error
+                tr, r = group[i], (a if a.get("error") else r)  # a failed /expert: the episode's error
                 tr.messages.append({"role": "assistant", "content": reply})
                 tr.actions.append(spec.parse_action(reply))
                 tr.rewards.append(float(r.get("reward", 0.0)))
@@ -336,8 +335,7 @@ def main(argv=None):
         else:
             with autocast(cfg.mixed_precision, here.device):  # generate in the precision the policy trained in
                 if cfg.sweep_max_turns:
-                    rows = sweep_max_turns(policy, pool, spec, tasks,
-                                           [int(h) for h in cfg.sweep_max_turns.split(",")],
+                    rows = sweep_max_turns(policy, pool, spec, tasks, [int(h) for h in cfg.sweep_max_turns.split(",")],
                                            cfg.n_samples, cfg.generation_batch_size)
                 else:
                     summary, trajs = evaluate(policy, pool, spec, tasks, cfg.n_samples,
@@ -356,7 +354,8 @@ def main(argv=None):
             print(f"max turns {r['max_turns']:>3}: success {r['success_rate']:.3f}  turns {r['avg_turns']:.2f}"
                   f"  cut by the limit {r['cut_share']:.3f}")
         return rows
-    summary.update(model="expert" if cfg.expert else cfg.model, env=cfg.env, tasks=describe_tasks(cfg, len(tasks)))
+    summary.update(model="expert" if cfg.expert else cfg.model, env=cfg.env,
+                   tasks=describe_tasks(cfg, len(tasks)))
     with open(os.path.join(cfg.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
     write_trajectories(os.path.join(cfg.out, "trajectories.jsonl"), trajs)

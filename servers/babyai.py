@@ -24,9 +24,9 @@ same level and seed, replayed through every primitive step the agent took, the b
 as in its advising mode for DAgger). Its plan of primitive moves from here is simulated to the end;
 the answer is the available action that gets furthest along it: one that completes the mission,
 else one that reaches a state of the plan (same position, heading, load and grid), or makes the
-same change to the world (a pickup, a door opened, a drop) as the plan does next; else the
-primitive the bot would take now. Off the bot's path the bot replans from where the agent is
-(docs/experts.md).
+same change to the world (a pickup, a door opened, a drop) as the plan does next, and after which
+the bot's plan (told those primitives) is shorter and no slower overall; else the primitive the bot
+would take now. Off the bot's path the bot replans from where the agent is (docs/experts.md).
 
 Level generation is bounded. minigrid places the agent by rejection sampling in `while True`
 loops; for some seeds no placement is ever accepted (data_idx 304514, SynthS5R2 seed 7612, spun
@@ -75,6 +75,9 @@ MAX_PLACEMENTS = 1000  # object placements per level-generation attempt
 MAX_ATTEMPTS = 50  # level-generation attempts per reset
 GEN_SECONDS = 10.0  # time for all of them
 TILE = 16  # pixels per grid cell in a frame: 128 x 128 for an 8 x 8 room
+SLACK = 0  # primitive steps a shortcut may add to the expert's plan
+MAX_CHECKED = 4  # shortcuts the expert checks against the bot's plan per call
+MAX_PUSHES = 1000  # subgoals one BabyAIBot replan may push (a few at most when it is not stuck)
 
 
 def png_data_url(rgb) -> str:
@@ -322,60 +325,65 @@ class BabyAIText:
     # --- the expert (POST /expert: the trainer's, never the agent's) ----------------------
 
     def expert(self) -> dict:
-        """{"action", "thought"}: the available action that gets furthest along BabyAIBot's plan."""
+        """{"action", "thought"}: the available action that gets furthest along BabyAIBot's plan
+        and after which the bot's plan (told those primitives) is no longer than before."""
         u = self.env.unwrapped
-        acts, sigs = self.bot_plan()
-        done_at = len(self.history) - self.plan[0]  # primitives of the plan already taken
-        best, best_rank = None, (-1, 0)
+        acts, sigs, solves = self.bot_plan()
+        k0 = len(self.history) - self.plan[0]  # primitives of the plan already taken
+        wins, ranked = [], []
         for name, prims in self.actions.items():
             if not prims:
                 continue
-            sim, reward = copy.deepcopy(u), 0.0
+            sim, reward, ended = copy.deepcopy(u), 0.0, False
             for p in prims:
                 _, r, terminated, truncated, _ = sim.step(p)
-                reward += float(r)
-                if terminated or truncated:
+                reward, ended = reward + float(r), terminated or truncated
+                if ended:
                     break
-            if terminated or truncated:
-                if reward <= 0:
-                    continue  # ends the episode without success
-                rank = len(sigs)  # completes the mission: nothing beats it
-            else:
-                rank = progress(signature(sim), sigs, done_at)
-            if (rank, -len(prims)) > best_rank:
-                best, best_rank = name, (rank, -len(prims))
-        if best is None or best_rank[0] <= done_at:  # nothing high-level helps: the bot's own move
-            want = acts[done_at] if done_at < len(acts) else LEFT
-            best = next((a for a, prims in self.actions.items() if prims == [want]), "turn left")
+            if ended and reward > 0:
+                wins.append((len(prims), name))  # completes the mission
+            elif not ended and (rank := progress(signature(sim), sigs, k0)) > k0:
+                ranked.append((-rank, len(prims), name, prims))
+        if wins:
+            best = min(wins)[1]
+            return {"action": best, "thought": self.thought(best)}
+        # A shortcut can confuse the bot (told a toggle or pickup it did not plan, it plans to undo
+        # it): keep the first one after which its plan still solves the level, no slower. Its plan
+        # left then shrinks at every answer, so the expert never goes round in circles.
+        left = len(acts) - k0
+        for _, _, name, prims in sorted(ranked)[:MAX_CHECKED]:
+            after = self.plan_after(prims, limit=left)
+            no_slower = not solves or len(prims) + len(after[0]) <= left + SLACK
+            if after[2] and len(after[0]) < left and no_slower:
+                self.plan = (len(self.history) + len(prims), *after)
+                return {"action": name, "thought": self.thought(name)}
+        want = acts[k0] if k0 < len(acts) else LEFT  # the bot's own next move
+        best = next((a for a, prims in self.actions.items() if prims == [want]), "turn left")
         return {"action": best, "thought": self.thought(best)}
 
-    def bot_plan(self) -> tuple[list[int], list[tuple]]:
-        """BabyAIBot's primitive moves from the current state to the end of the episode, and the
-        state signature before each move and after the last (the plan is kept while the agent
-        follows it)."""
+    def bot_plan(self) -> tuple[list[int], list[tuple], bool]:
+        """BabyAIBot's primitive moves from the current state to the end of the episode, the state
+        signature before each move and after the last, and whether they complete the mission (the
+        plan is kept while the agent follows it)."""
         if self.plan is not None:
-            start, acts, sigs = self.plan
+            start, acts, sigs, solves = self.plan
             taken = self.history[start:]
             if taken == acts[:len(taken)]:
-                return acts, sigs
-        env, bot = self.shadow_state()
-        sim_bot = copy.deepcopy(bot)  # its `mission` (the shadow env) is copied with it
-        sim, acts, sigs = sim_bot.mission, [], [signature(sim_bot.mission)]
-        action = self.shadow[3]
-        try:
-            for _ in range(max(0, sim.max_steps - sim.step_count)):
-                if action == sim.actions.done:
-                    break
-                _, _, terminated, truncated, _ = sim.step(action)
-                acts.append(int(action))
-                sigs.append(signature(sim))
-                if terminated or truncated:
-                    break
-                action = sim_bot.replan(action)
-        except Exception:  # the bot gave up (an opened box, an assertion): follow what it planned so far
-            pass
-        self.plan = (len(self.history), acts, sigs)
-        return acts, sigs
+                return acts, sigs, solves
+        _, bot = self.shadow_state()
+        self.plan = (len(self.history), *simulate(copy.deepcopy(bot), self.shadow[3]))
+        return self.plan[1:]
+
+    def plan_after(self, prims: list[int], limit: int) -> tuple[list[int], list[tuple], bool]:
+        """The bot's plan after the agent took `prims` from here (the bot told each one), followed
+        for at most `limit` steps (a confused bot can wander until the level's step budget)."""
+        _, bot = self.shadow_state()
+        bot = copy.deepcopy(bot)  # its `mission` (the shadow env) is copied with it
+        suggestion = self.shadow[3]
+        for p in prims:
+            bot.mission.step(p)
+            suggestion = self.safe_replan(bot, p)
+        return simulate(bot, suggestion, limit)
 
     def shadow_state(self):
         """The expert's copy of this episode (same level and seed) and its BabyAIBot, brought up to
@@ -399,7 +407,7 @@ class BabyAIText:
     @staticmethod
     def safe_replan(bot, taken):
         try:
-            return bot.replan(taken)
+            return replan(bot, taken)
         except Exception:  # the bot cannot help from here (e.g. a box was opened)
             return LEFT
 
@@ -417,6 +425,52 @@ class BabyAIText:
                    "drop": "I drop what I carry here.", "toggle": "I toggle what is in front of me."}
         reason = next((r for k, r in reasons.items() if action.startswith(k)), "")
         return f"{goal} {reason}".strip()
+
+
+class _Stack(list):
+    """BabyAIBot's subgoal stack with a bound on the subgoals one replan may push: in rare states
+    (UnlockToUnlock) the bot pushes and pops subgoals forever without choosing an action."""
+
+    budget = None  # pushes left in the current replan; None outside one (a deepcopy pushes too)
+
+    def append(self, subgoal):
+        if self.budget is not None:
+            self.budget -= 1
+            if self.budget < 0:
+                raise RecursionError("BabyAIBot replanned without end")
+        super().append(subgoal)
+
+
+def replan(bot, taken):
+    """bot.replan(taken), raising RecursionError instead of replanning without end."""
+    if not isinstance(bot.stack, _Stack):
+        bot.stack = _Stack(bot.stack)
+    bot.stack.budget = MAX_PUSHES
+    try:
+        return bot.replan(taken)
+    finally:
+        bot.stack.budget = None
+
+
+def simulate(bot, action, limit: int | None = None) -> tuple[list[int], list[tuple], bool]:
+    """Let BabyAIBot (on its own copy of the env, `bot.mission`) play from its suggestion `action`
+    to the end, or for `limit` steps: (its primitives, the state signature before each and after
+    the last, success)."""
+    sim, acts, sigs = bot.mission, [], [signature(bot.mission)]
+    steps = max(0, sim.max_steps - sim.step_count)
+    try:
+        for _ in range(steps if limit is None else min(steps, limit)):
+            if action == sim.actions.done:
+                break
+            _, r, terminated, truncated, _ = sim.step(action)
+            acts.append(int(action))
+            sigs.append(signature(sim))
+            if terminated or truncated:
+                return acts, sigs, r > 0
+            action = replan(bot, action)
+    except Exception:  # the bot gave up (an opened box, an assertion): what it planned so far
+        pass
+    return acts, sigs, False
 
 
 def signature(u) -> tuple:

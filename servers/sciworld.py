@@ -32,9 +32,9 @@ only score, completion and move count. The extras are computed when asked: the c
 
 The expert (`POST /expert`, servers/common.py; the trainer's, never the agent's) follows
 ScienceWorld's own gold path of the loaded variation (`getGoldActionSequence`). Generating it takes
-3-10 s, so it happens only when the expert is first asked in an episode: the task is loaded again
-with `generateGoldPath` and the episode's actions are replayed (the simulation is deterministic
-per variation), so the agent's state is unchanged. The expert answers the gold action after the
+3-30 s, so it happens only when the expert is first asked about a variation (the path is then kept
+by this process): the task is loaded again with `generateGoldPath` and the episode's actions are
+replayed (a variation's world is the same at every load), so the agent's state is unchanged. The expert answers the gold action after the
 last one the agent followed; pure observations (`look ...`, `inventory`, `task`) between them do
 not leave the path, any other action does: from then on the expert still answers the next gold
 action, with `on_path: false` (it may no longer apply). Past the gold path's end it answers `look
@@ -99,6 +99,7 @@ GAMES = [(name, v, "train" if v < n_train else "dev" if v < n_train + n_dev else
 MAX_MOVES = 100  # ScienceWorld's default envStepLimit, which AgentGym keeps
 CHECK = "check valid actions"
 MAX_LISTED = 200  # valid actions listed by `check valid actions` (all of them: /action_hint)
+GOLD_PATHS: dict[tuple[str, int], list[str]] = {}  # (task, variation) -> its gold path, once generated
 OBSERVING = ("look around", "look at ", "look in ", "inventory", "task")  # actions that change nothing
 
 
@@ -228,13 +229,15 @@ class SciWorldEnv:
         return {"action": action, "thought": gold_thought(action), "on_path": on_path}
 
     def _gold_path(self) -> list[str]:
-        """Load this variation again with its gold path generated, and replay the episode so far."""
+        """The variation's gold path: from this process's cache, else by loading the variation again
+        with its gold path generated and replaying the episode so far."""
         name, variation, _ = self.game
-        self._call("load", name, variation, "", True)
-        gold = [str(a) for a in self._call("getGoldActionSequence")]
-        for action in self.history:
-            self._call("step", action)
-        return gold
+        if (name, variation) not in GOLD_PATHS:
+            self._call("load", name, variation, "", True)
+            GOLD_PATHS[(name, variation)] = [str(a) for a in self._call("getGoldActionSequence")]
+            for action in self.history:
+                self._call("step", action)
+        return GOLD_PATHS[(name, variation)]
 
     # --- extras, computed only when asked -------------------------------------------------
 

@@ -47,7 +47,8 @@ def textcraft(start_server):
     return start_server("servers.textcraft").url
 
 
-@pytest.mark.parametrize("task", [400001, 400004, 400011, 400015])  # GoToRedBall, GoToLocal, Open, OpenDoorsOrder
+# GoToRedBall, GoToLocalS8N7, Open, OpenDoorsOrderN4Debug (seed 10000)
+@pytest.mark.parametrize("task", [400001, 400004, 400011, 400015])
 def test_babyai_expert_solves_test_levels(babyai, task):
     answer, actions = play(babyai, ENVS["babyai"], task, max_turns=20)
     assert answer["done"] and answer["score"] > 0, actions
@@ -57,6 +58,39 @@ def test_babyai_expert_uses_high_level_actions(babyai):
     """GoToRedBall seed 10000: one `go to` action, not a walk of primitive moves."""
     answer, actions = play(babyai, ENVS["babyai"], 400001, max_turns=20)
     assert answer["score"] > 0 and actions[-1].startswith("go to red ball")
+
+
+def test_babyai_expert_never_goes_round_in_circles_on_a_long_level(babyai):
+    """Unlock, seed 10000 (a key three rooms away): a shortcut the bot did not plan (it opened a door
+    the bot was not heading for) once made the bot close it again, and the shortcut open it, forever.
+    Each answer now shrinks the bot's plan: the level is solved, in about 44 turns."""
+    answer, actions = play(babyai, ENVS["babyai"], 400023, max_turns=60)
+    assert answer["done"] and answer["score"] > 0, actions
+
+
+def test_babyai_expert_answers_where_the_bot_would_replan_without_end(babyai):
+    """UnlockToUnlock, seed 10000: checking a shortcut leads BabyAIBot into a state where it pushes
+    and pops subgoals forever (every /expert call was a 504); its replanning is now bounded, that
+    shortcut is refused, and the level is solved within the 20-turn horizon."""
+    answer, actions = play(babyai, ENVS["babyai"], 400028, max_turns=20)
+    assert answer["done"] and answer["score"] > 0, actions
+
+
+def test_asking_the_babyai_expert_changes_nothing_the_agent_sees(babyai):
+    """The expert plans on its own copies: the episode is where it was, and steps the same way."""
+    def episode(ask: bool) -> list[str]:
+        iid = requests.post(babyai + "/create", json={}).json()["id"]
+        requests.post(babyai + "/reset", json={"id": iid, "data_idx": 400021})  # PutNextLocal
+        seen = []
+        for a in ["turn left", "move forward", "turn right"]:
+            before = requests.get(babyai + "/observation", params={"id": iid}).json()
+            if ask:
+                requests.post(babyai + "/expert", json={"id": iid})
+                assert requests.get(babyai + "/observation", params={"id": iid}).json() == before
+            seen.append(requests.post(babyai + "/step", json={"id": iid, "action": a}).json()["observation"])
+        return seen
+
+    assert episode(ask=True) == episode(ask=False)
 
 
 def test_babyai_expert_finishes_after_the_agent_wandered_off(babyai):
@@ -113,7 +147,8 @@ def test_searchqa_expert_searches_each_hop_then_answers(searchqa):
 
     q = generate(0)[1][2402]
     answer, actions = play(searchqa, ENVS["searchqa"], 2402, max_turns=10)
-    assert actions == [f"<search>{h}</search>" for h in q["path"]] + [f"<answer>{q['golden_answers'][0]}</answer>"]
+    searches = [f"<search>{h}</search>" for h in q["path"]]
+    assert actions == searches + [f"<answer>{q['golden_answers'][0]}</answer>"]
     assert answer["done"] and answer["reward"] == 1.0
 
 
@@ -133,7 +168,7 @@ def test_sciworld_expert_says_when_the_agent_left_the_gold_path(sciworld):
     requests.post(sciworld + "/reset", json={"id": iid, "data_idx": 525})
     first = requests.post(sciworld + "/expert", json={"id": iid}).json()
     assert first["on_path"] is True
-    requests.post(sciworld + "/step", json={"id": iid, "action": "look around"})  # an observation: still on it
+    requests.post(sciworld + "/step", json={"id": iid, "action": "look around"})  # an observation: on path
     assert requests.post(sciworld + "/expert", json={"id": iid}).json() == first
     requests.post(sciworld + "/step", json={"id": iid, "action": first["action"]})
     second = requests.post(sciworld + "/expert", json={"id": iid}).json()
@@ -245,8 +280,8 @@ def test_webarena_reply_is_read_by_the_server_as_its_action():
 
 def test_expert_episodes_are_eval_trajectories_that_view_reads(tmp_path, textcraft):
     out = str(tmp_path / "demos")
-    summary = evaluation.main(["--env", "textcraft", "--expert", "true", "--task-ids", "4,9", "--url", textcraft,
-                               "--out", out])
+    summary = evaluation.main(["--env", "textcraft", "--expert", "true", "--task-ids", "4,9",
+                               "--url", textcraft, "--out", out])
     assert summary["model"] == "expert" and summary["success_rate"] == 1.0
     rows, problems = view.read_jsonl(os.path.join(out, "trajectories.jsonl"))
     assert not problems and [r["task"] for r in rows] == [4, 9]
@@ -254,7 +289,8 @@ def test_expert_episodes_are_eval_trajectories_that_view_reads(tmp_path, textcra
     for r in rows:
         conv = r["conversation"]
         assert conv[0] == {"role": "system", "content": spec.instruction}
-        assert conv[1]["content"] == r["observations"][0] and conv[1]["content"].startswith("Crafting commands:")
+        assert conv[1]["content"] == r["observations"][0]
+        assert conv[1]["content"].startswith("Crafting commands:")
         replies = [m["content"] for m in conv if m["role"] == "assistant"]
         assert [spec.parse_action(x) for x in replies] == r["actions"] and len(replies) == r["turns"]
         assert r["success"] and r["done"] and sum(r["rewards"]) == 1.0
