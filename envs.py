@@ -12,6 +12,8 @@ environment code never blocks or crashes the learner.
                 dialect of AgentGym's client for the environment (every server here accepts it),
                 and every answer read into one shape: AgentGym's answers lack `available_actions`,
                 so they are read from the observation text where it lists them.
+                `expert(iid)` asks the server's expert for its next action (POST /expert,
+                docs/experts.md): the trainer's call, never made on the agent's path.
     EnvPool     many instances stepped together: where the server offers `/reset_batch` and
                 `/step_batch` (every server here), one HTTP round trip per turn for the whole batch;
                 otherwise (AgentGym's servers) one round trip per live episode per turn, all in
@@ -66,6 +68,22 @@ def babyai_action(reply: str) -> str:
 def whole_reply(reply: str) -> str:
     """Servers that parse the reply themselves (Deep Search tags, WebArena's fenced block)."""
     return reply
+
+
+def react_reply(thought: str, action: str) -> str:
+    """A reply in AgentGym's ReAct format, which `action_after_last_tag` reads back to `action`."""
+    return f"Thought: {thought}\nAction: {action}" if thought else f"Action: {action}"
+
+
+def search_r1_reply(thought: str, action: str) -> str:
+    """Deep Search's reply as its instruction asks (Search-R1): reasoning in <think>, then the tag."""
+    return f"<think> {thought} </think>\n{action}" if thought else action
+
+
+def webarena_reply(thought: str, action: str) -> str:
+    """WebArena's reply as its instruction asks: the reasoning, then the action in a fenced block
+    (the expert's action already is one: ```click [12]```)."""
+    return f"{thought} In summary, the next action I will perform is {action}".strip()
 
 
 def babyai_actions(observation: str, episode_actions: list[str] | None) -> list[str] | None:
@@ -126,6 +144,9 @@ class EnvSpec:
     splits: dict[str, list[int]]  # named task ids (data_idx); "train" and "test" never overlap
     instruction: str  # the system prompt: what the environment is and how to reply
     parse_action: Callable[[str], str] = action_after_last_tag
+    # (thought, action) -> a reply in the format the instruction asks for, which `parse_action` (or
+    # the server, for whole replies) reads back to `action`: how expert demonstrations are written.
+    write_reply: Callable[[str, str], str] = react_reply
     score_scale: float = 1.0  # outcome reward = final `score` / score_scale
     success_at: float = 1.0  # an episode succeeded when its outcome reward >= this
     default_horizon: int = 20  # eval's max turns when none is given
@@ -202,6 +223,7 @@ ENVS: dict[str, EnvSpec] = {
             "one answer."
         ),
         parse_action=whole_reply,  # the server reads the tags
+        write_reply=search_r1_reply,
         success_at=1.0,
         default_horizon=10,
         # AgentGym's Deep Search client: /create {"id": 0} answers the bare instance, which is
@@ -301,6 +323,7 @@ ENVS: dict[str, EnvSpec] = {
             "a ``` fenced block, e.g. \"In summary, the next action I will perform is ```click [1234]```\"."
         ),
         parse_action=whole_reply,  # the server reads the first fenced block
+        write_reply=webarena_reply,
         success_at=1.0,
         default_horizon=15,
         # AgentGym's WebArena client: the instance is `env_idx`, /reset takes {env_idx, seed, idx}
@@ -493,6 +516,10 @@ class EnvClient:
         r.raise_for_status()
         return r.json()
 
+    def expert(self, iid: int) -> dict:
+        """The server's expert's next action for this instance: {"action", "thought", ...}."""
+        return self._post("/expert", {self.key: iid})
+
     def close(self, iid: int, timeout: float | None = None) -> None:
         try:
             r = self.session.post(self.url + "/close", json={self.key: iid}, timeout=timeout or self.timeout)
@@ -610,6 +637,17 @@ class EnvPool:
         return list(self.executor.map(
             lambda sa: self._call(sa[0], lambda: self.clients[sa[0]].step(self.ids[sa[0]], sa[1])),
             zip(slots, actions)))
+
+    def expert(self, slots: list[int]) -> list[dict]:
+        """The expert's next action for each slot's episode (POST /expert, all in flight at once):
+        {"action", "thought", ...}, or an answer with `error` set that ends that episode, as a
+        failed step does. For the trainer (demonstrations, relabelling); the agent never asks."""
+        def ask(slot: int) -> dict:
+            if self.ids[slot] is None:
+                return self._failed(slot, RuntimeError("no instance: reset first"))
+            return self._call(slot, lambda: self.clients[slot].expert(self.ids[slot]))
+
+        return list(self.executor.map(ask, slots))
 
     def close(self) -> None:
         for slot, iid in enumerate(self.ids):

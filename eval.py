@@ -4,6 +4,7 @@
     python eval.py --model tiny --task-ids 0-99 --out runs/eval_tiny
     python eval.py --model Qwen/Qwen2.5-7B-Instruct --env babyai --split all-test --max-new-tokens 512
     python eval.py --model runs/default/checkpoint --sweep-max-turns 1,2,4,8,16   # success vs max turns
+    python eval.py --env textcraft --expert true --limit 100 --out demos/textcraft  # the expert plays
 
 Flags: `python eval.py --help`; the agent's settings (`--model`, `--temperature`,
 `--max-new-tokens`, `--context-turns`, `--mask-actions`, ...) are train.py's (config.AgentConfig).
@@ -33,7 +34,7 @@ from tqdm import tqdm
 
 from machinery import dist
 import view
-from agent import Policy, rollout
+from agent import Policy, Trajectory, rollout
 from config import AgentConfig, autocast, check_split, flag, load_agent, parse, problem, resolve_device, set_threads
 from envs import ENVS, EnvPool, EnvSpec, close_pool, open_pool, server_url
 
@@ -64,6 +65,8 @@ class EvalConfig(AgentConfig):
     """output folder: summary.json, summary.md, trajectories.jsonl, report.html"""
     render: bool = False
     """record a picture of every observation for view.py (BabyAI's minigrid frame; other envs have none)"""
+    expert: bool = False
+    """the env's expert plays instead of a model (POST /expert): its ceiling; its episodes are demonstrations"""
 
     def __post_init__(self):
         super().__post_init__()
@@ -174,6 +177,56 @@ def evaluate(policy: Policy, pool: EnvPool, spec: EnvSpec, task_ids: list[int], 
     return summarise(trajs, n_samples), trajs
 
 
+def expert_rollout(pool: EnvPool, spec: EnvSpec, tasks: list[int], max_turns: int, desc: str = "expert"):
+    """Episodes played by the environment's expert (POST /expert), recorded as `agent.rollout`
+    records a real model's: the same system prompt and observations, and where the agent's reply
+    would be, the expert's thought and action in the environment's reply format (`spec.write_reply`),
+    sent as the agent's reply is sent (`spec.parse_action`). No model, no tokens."""
+    trajs = []
+    for start in tqdm(range(0, len(tasks), len(pool)), desc=desc, leave=False):
+        chunk = tasks[start:start + len(pool)]
+        slots = list(range(len(chunk)))
+        group = [Trajectory(task=t, group=start + i) for i, t in enumerate(chunk)]
+        live = []
+        for i, (tr, r) in enumerate(zip(group, pool.reset(slots, chunk))):
+            tr.category = str(r.get("category", ""))
+            tr.messages += [{"role": "system", "content": spec.instruction},
+                            {"role": "user", "content": r["observation"]}]
+            tr.observations.append(r["observation"])
+            tr.frames.append(r.get("frame", ""))
+            if r.get("error"):
+                tr.error, tr.done = r["error"], True
+            else:
+                live.append(i)
+        for _ in range(max_turns):
+            if not live:
+                break
+            advice = pool.expert(live)
+            replies = [spec.write_reply(a.get("thought", ""), a.get("action", "")) for a in advice]
+            results = pool.step(live, [spec.parse_action(reply) for reply in replies])
+            still = []
+            for i, a, reply, r in zip(live, advice, replies, results):
+                tr, r = group[i], (a if a.get("error") else r)  # a failed /expert: the episode's error
+                tr.messages.append({"role": "assistant", "content": reply})
+                tr.actions.append(spec.parse_action(reply))
+                tr.rewards.append(float(r.get("reward", 0.0)))
+                tr.score = float(r.get("score", sum(tr.rewards)))
+                tr.observations.append(r.get("observation", ""))
+                tr.frames.append(r.get("frame", ""))
+                tr.error = r.get("error", "")
+                if r.get("done") or r.get("error"):
+                    tr.done = bool(r.get("done")) and not r.get("error")
+                    continue
+                tr.messages.append({"role": "user", "content": r.get("observation", "")})
+                still.append(i)
+            live = still
+        for tr in group:
+            tr.reward = tr.score / spec.score_scale
+            tr.success = tr.reward >= spec.success_at
+        trajs += group
+    return trajs
+
+
 def parse_task_ids(text: str) -> list[int]:
     """"0-99,200,300-310" -> [0..99, 200, 300..310]."""
     ids = []
@@ -270,18 +323,24 @@ def main(argv=None):
     tasks = parse_task_ids(cfg.task_ids) if cfg.task_ids else spec.splits[cfg.split]
     tasks = tasks[:cfg.limit] if cfg.limit else tasks
     set_threads(cfg, device)
-    policy = load_agent(cfg, here.device)
+    policy = None if cfg.expert else load_agent(cfg, here.device)
     os.makedirs(cfg.out, exist_ok=True)
     pool = open_pool(cfg.env, size=max(1, min(cfg.parallel, math.ceil(len(tasks) * cfg.n_samples / dist.world()))),
                      url=url, create={"render": True} if cfg.render else None)
     try:
-        with autocast(cfg.mixed_precision, here.device):  # generate in the precision the policy trained in
-            if cfg.sweep_max_turns:
-                rows = sweep_max_turns(policy, pool, spec, tasks, [int(h) for h in cfg.sweep_max_turns.split(",")],
-                                       cfg.n_samples, cfg.generation_batch_size)
-            else:
-                summary, trajs = evaluate(policy, pool, spec, tasks, cfg.n_samples,
-                                          cfg.max_turns or spec.default_horizon, batch_size=cfg.generation_batch_size)
+        if cfg.expert:  # (one process: the expert needs no accelerator)
+            trajs = expert_rollout(pool, spec, [t for t in tasks for _ in range(cfg.n_samples)],
+                                   cfg.max_turns or spec.default_horizon)
+            summary = summarise(trajs, cfg.n_samples)
+        else:
+            with autocast(cfg.mixed_precision, here.device):  # generate in the precision the policy trained in
+                if cfg.sweep_max_turns:
+                    rows = sweep_max_turns(policy, pool, spec, tasks, [int(h) for h in cfg.sweep_max_turns.split(",")],
+                                           cfg.n_samples, cfg.generation_batch_size)
+                else:
+                    summary, trajs = evaluate(policy, pool, spec, tasks, cfg.n_samples,
+                                              cfg.max_turns or spec.default_horizon,
+                                              batch_size=cfg.generation_batch_size)
     finally:
         close_pool(pool)
     if not dist.is_main():  # every process has every episode (dist.gather); the main one writes
@@ -295,11 +354,12 @@ def main(argv=None):
             print(f"max turns {r['max_turns']:>3}: success {r['success_rate']:.3f}  turns {r['avg_turns']:.2f}"
                   f"  cut by the limit {r['cut_share']:.3f}")
         return rows
-    summary.update(model=cfg.model, env=cfg.env, tasks=describe_tasks(cfg, len(tasks)))
+    summary.update(model="expert" if cfg.expert else cfg.model, env=cfg.env,
+                   tasks=describe_tasks(cfg, len(tasks)))
     with open(os.path.join(cfg.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
     write_trajectories(os.path.join(cfg.out, "trajectories.jsonl"), trajs)
-    table = f"{cfg.model} on {cfg.env}, {summary['tasks']}\n\n{summary_table(summary)}\n"
+    table = f"{summary['model']} on {cfg.env}, {summary['tasks']}\n\n{summary_table(summary)}\n"
     with open(os.path.join(cfg.out, "summary.md"), "w") as f:
         f.write(table)
     print(table)

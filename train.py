@@ -295,7 +295,7 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
                 with timed(tm, "reference"), accelerator.autocast(), lora.reference(policy.model), \
                         dist.full_weights(forward):
                     batch.ref_logprobs = reference_logprobs(run.ref_model or policy.model, batch, cfg)
-            # (an algorithm with a model of its own, PPO's critic, reads the batch here)
+            # (an algorithm with a model of its own reads the batch here)
             with timed(tm, "advantages"), accelerator.autocast():
                 algo.advantages(batch, cfg, state)
             # 4. update: `epochs` passes of clipped-ratio steps over minibatches

@@ -18,6 +18,16 @@ Pictures, for people (off by default, so training pays nothing): an instance cre
 agent's field of view highlighted) as a PNG data URL, to every /reset and /step answer;
 `GET /render?id=N` returns `{"frame": ...}` for any instance. `view.py` shows them per turn.
 
+The expert (`POST /expert`, servers/common.py; the trainer's, never the agent's): minigrid's own
+BabyAIBot, which solves every level from the full state, runs on a shadow copy of the episode (the
+same level and seed, replayed through every primitive step the agent took, the bot told each one,
+as in its advising mode for DAgger). Its plan of primitive moves from here is simulated to the end;
+the answer is the available action that gets furthest along it: one that completes the mission,
+else one that reaches a state of the plan (same position, heading, load and grid), or makes the
+same change to the world (a pickup, a door opened, a drop) as the plan does next, and after which
+the bot's plan (told those primitives) is shorter and no slower overall; else the primitive the bot
+would take now. Off the bot's path the bot replans from where the agent is (docs/experts.md).
+
 Level generation is bounded. minigrid places the agent by rejection sampling in `while True`
 loops; for some seeds no placement is ever accepted (data_idx 304514, SynthS5R2 seed 7612, spun
 forever). Here one generation attempt may place at most MAX_PLACEMENTS objects (30 is the most any
@@ -27,6 +37,7 @@ the seed's random stream; after MAX_ATTEMPTS attempts or GEN_SECONDS the reset i
 """
 
 import base64
+import copy
 import re
 import struct
 import time
@@ -35,6 +46,7 @@ from collections import deque
 
 import gymnasium as gym
 import minigrid  # noqa: F401  (importing registers the BabyAI-* levels with gymnasium)
+from minigrid.utils.baby_ai_bot import BabyAIBot
 
 from servers.common import EnvError, build_app, serve
 
@@ -63,6 +75,9 @@ MAX_PLACEMENTS = 1000  # object placements per level-generation attempt
 MAX_ATTEMPTS = 50  # level-generation attempts per reset
 GEN_SECONDS = 10.0  # time for all of them
 TILE = 16  # pixels per grid cell in a frame: 128 x 128 for an 8 x 8 room
+SLACK = 0  # primitive steps a shortcut may add to the expert's plan
+MAX_CHECKED = 4  # shortcuts the expert checks against the bot's plan per call
+MAX_PUSHES = 1000  # subgoals one BabyAIBot replan may push (a few at most when it is not stuck)
 
 
 def png_data_url(rgb) -> str:
@@ -133,6 +148,11 @@ class BabyAIText:
         self.actions: dict[str, list[int]] = {}  # available action -> its primitive steps
         self.last = ""
         self.score, self.done = 0.0, False
+        self.task: tuple[str, int] | None = None  # (level, seed) of the episode
+        self.history: list[int] = []  # the primitive steps taken this episode (for the expert)
+        self.shadow_levels: dict[str, gym.Env] = {}  # the expert's own copies of the levels
+        self.shadow = None  # [env, bot, steps replayed, the bot's suggestion]
+        self.plan = None  # (len(history) when planned, primitives, state signatures)
 
     # --- the protocol ---------------------------------------------------------------------
 
@@ -151,6 +171,7 @@ class BabyAIText:
             raise EnvError(f"minigrid could not generate level {level} with seed {seed} (data_idx "
                            f"{data_idx}): {e}; use another data_idx") from None
         self.score, self.done = 0.0, False
+        self.task, self.history, self.shadow, self.plan = (level, seed), [], None, None
         self.last = self.describe()
         return self.answer(0.0, category=level, seed=seed)
 
@@ -164,6 +185,7 @@ class BabyAIText:
         reward = 0.0
         for primitive in self.actions[act]:
             self.obs, r, terminated, truncated, _ = self.env.step(primitive)
+            self.history.append(primitive)
             reward += float(r)
             if terminated or truncated:
                 self.done = True
@@ -184,9 +206,10 @@ class BabyAIText:
         return png_data_url(self.env.unwrapped.get_frame(highlight=True, tile_size=TILE))
 
     def close(self) -> None:
-        for env in self.levels.values():
+        for env in [*self.levels.values(), *self.shadow_levels.values()]:
             env.close()
         self.levels.clear()
+        self.shadow_levels.clear()
 
     def answer(self, reward: float, note: str = "", **extra) -> dict:
         obs = f"{note}\n{self.last}" if note else self.last
@@ -297,6 +320,177 @@ class BabyAIText:
                     parents[nxt] = (state, act)
                     queue.append(nxt)
         return None
+
+
+    # --- the expert (POST /expert: the trainer's, never the agent's) ----------------------
+
+    def expert(self) -> dict:
+        """{"action", "thought"}: the available action that gets furthest along BabyAIBot's plan
+        and after which the bot's plan (told those primitives) is no longer than before."""
+        u = self.env.unwrapped
+        acts, sigs, solves = self.bot_plan()
+        k0 = len(self.history) - self.plan[0]  # primitives of the plan already taken
+        wins, ranked = [], []
+        for name, prims in self.actions.items():
+            if not prims:
+                continue
+            sim, reward, ended = copy.deepcopy(u), 0.0, False
+            for p in prims:
+                _, r, terminated, truncated, _ = sim.step(p)
+                reward, ended = reward + float(r), terminated or truncated
+                if ended:
+                    break
+            if ended and reward > 0:
+                wins.append((len(prims), name))  # completes the mission
+            elif not ended and (rank := progress(signature(sim), sigs, k0)) > k0:
+                ranked.append((-rank, len(prims), name, prims))
+        if wins:
+            best = min(wins)[1]
+            return {"action": best, "thought": self.thought(best)}
+        # A shortcut can confuse the bot (told a toggle or pickup it did not plan, it plans to undo
+        # it): keep the first one after which its plan still solves the level, no slower. Its plan
+        # left then shrinks at every answer, so the expert never goes round in circles.
+        left = len(acts) - k0
+        for _, _, name, prims in sorted(ranked)[:MAX_CHECKED]:
+            after = self.plan_after(prims, limit=left)
+            no_slower = not solves or len(prims) + len(after[0]) <= left + SLACK
+            if after[2] and len(after[0]) < left and no_slower:
+                self.plan = (len(self.history) + len(prims), *after)
+                return {"action": name, "thought": self.thought(name)}
+        want = acts[k0] if k0 < len(acts) else LEFT  # the bot's own next move
+        best = next((a for a, prims in self.actions.items() if prims == [want]), "turn left")
+        return {"action": best, "thought": self.thought(best)}
+
+    def bot_plan(self) -> tuple[list[int], list[tuple], bool]:
+        """BabyAIBot's primitive moves from the current state to the end of the episode, the state
+        signature before each move and after the last, and whether they complete the mission (the
+        plan is kept while the agent follows it)."""
+        if self.plan is not None:
+            start, acts, sigs, solves = self.plan
+            taken = self.history[start:]
+            if taken == acts[:len(taken)]:
+                return acts, sigs, solves
+        _, bot = self.shadow_state()
+        self.plan = (len(self.history), *simulate(copy.deepcopy(bot), self.shadow[3]))
+        return self.plan[1:]
+
+    def plan_after(self, prims: list[int], limit: int) -> tuple[list[int], list[tuple], bool]:
+        """The bot's plan after the agent took `prims` from here (the bot told each one), followed
+        for at most `limit` steps (a confused bot can wander until the level's step budget)."""
+        _, bot = self.shadow_state()
+        bot = copy.deepcopy(bot)  # its `mission` (the shadow env) is copied with it
+        suggestion = self.shadow[3]
+        for p in prims:
+            bot.mission.step(p)
+            suggestion = self.safe_replan(bot, p)
+        return simulate(bot, suggestion, limit)
+
+    def shadow_state(self):
+        """The expert's copy of this episode (same level and seed) and its BabyAIBot, brought up to
+        the agent's current step by replaying the primitives taken since the last call."""
+        level, seed = self.task
+        if self.shadow is None:
+            if level not in self.shadow_levels:
+                self.shadow_levels[level] = bound_generation(gym.make(level))
+            env = self.shadow_levels[level]
+            env.unwrapped._gen.update(attempts=0, start=time.monotonic())
+            env.reset(seed=seed)
+            bot = BabyAIBot(env.unwrapped)
+            self.shadow = [env, bot, 0, self.safe_replan(bot, None)]
+        env, bot, n, _ = self.shadow
+        for p in self.history[n:]:
+            env.unwrapped.step(p)
+            self.shadow[3] = self.safe_replan(bot, p)  # advising mode: the bot is told what was done
+        self.shadow[2] = len(self.history)
+        return env, bot
+
+    @staticmethod
+    def safe_replan(bot, taken):
+        try:
+            return replan(bot, taken)
+        except Exception:  # the bot cannot help from here (e.g. a box was opened)
+            return LEFT
+
+    def thought(self, action: str) -> str:
+        goal = f"My goal is to {self.obs['mission']}."
+        words = action.split()
+        obj = " ".join(words[-3:-1]) if words and words[-1].isdigit() else ""
+        reasons = {"go to": f"The {obj} is where I need to be next, so I go to it.",
+                   "pickup": f"I need the {obj}, so I pick it up.",
+                   "go through": f"My way leads through the {obj}, so I go through it.",
+                   "toggle and": f"My way leads through the {obj}, so I open it and go through.",
+                   "turn left": "What I need is not ahead of me, so I turn left.",
+                   "turn right": "What I need is not ahead of me, so I turn right.",
+                   "move forward": "I move forward to get closer to what I need.",
+                   "drop": "I drop what I carry here.", "toggle": "I toggle what is in front of me."}
+        reason = next((r for k, r in reasons.items() if action.startswith(k)), "")
+        return f"{goal} {reason}".strip()
+
+
+class _Stack(list):
+    """BabyAIBot's subgoal stack with a bound on the subgoals one replan may push: in rare states
+    (UnlockToUnlock) the bot pushes and pops subgoals forever without choosing an action."""
+
+    budget = None  # pushes left in the current replan; None outside one (a deepcopy pushes too)
+
+    def append(self, subgoal):
+        if self.budget is not None:
+            self.budget -= 1
+            if self.budget < 0:
+                raise RecursionError("BabyAIBot replanned without end")
+        super().append(subgoal)
+
+
+def replan(bot, taken):
+    """bot.replan(taken), raising RecursionError instead of replanning without end."""
+    if not isinstance(bot.stack, _Stack):
+        bot.stack = _Stack(bot.stack)
+    bot.stack.budget = MAX_PUSHES
+    try:
+        return bot.replan(taken)
+    finally:
+        bot.stack.budget = None
+
+
+def simulate(bot, action, limit: int | None = None) -> tuple[list[int], list[tuple], bool]:
+    """Let BabyAIBot (on its own copy of the env, `bot.mission`) play from its suggestion `action`
+    to the end, or for `limit` steps: (its primitives, the state signature before each and after
+    the last, success)."""
+    sim, acts, sigs = bot.mission, [], [signature(bot.mission)]
+    steps = max(0, sim.max_steps - sim.step_count)
+    try:
+        for _ in range(steps if limit is None else min(steps, limit)):
+            if action == sim.actions.done:
+                break
+            _, r, terminated, truncated, _ = sim.step(action)
+            acts.append(int(action))
+            sigs.append(signature(sim))
+            if terminated or truncated:
+                return acts, sigs, r > 0
+            action = replan(bot, action)
+    except Exception:  # the bot gave up (an opened box, an assertion): what it planned so far
+        pass
+    return acts, sigs, False
+
+
+def signature(u) -> tuple:
+    """A state of a minigrid env: position, heading, what it carries, and the whole grid."""
+    carrying = (u.carrying.type, u.carrying.color) if u.carrying else None
+    return int(u.agent_pos[0]), int(u.agent_pos[1]), int(u.agent_dir), carrying, u.grid.encode().tobytes()
+
+
+def progress(sig: tuple, sigs: list[tuple], k0: int) -> int:
+    """How far along a plan (its states `sigs`, now at index k0) a state `sig` is: the last plan
+    index with the same state, or the first index of the plan's next world changes that `sig` has
+    made too (the same load and grid, reached from any cell); k0 if neither."""
+    world = sig[3:]
+    best = k0
+    for k in range(k0 + 1, len(sigs)):
+        if sigs[k] == sig:
+            best = k
+        elif sigs[k][3:] == world and sigs[k - 1][3:] != world and world != sigs[k0][3:]:
+            best = max(best, k)
+    return best
 
 
 app = build_app("BabyAI", BabyAIText, create_keys=("render",), inline_calls=True)  # (pure Python steps)

@@ -7,6 +7,11 @@ Each `servers/<env>.py` defines one environment class with four methods
     observation() -> str
     close() -> None
 
+and one more for the trainer, never called on the agent's path (docs/experts.md):
+
+    expert() -> dict                    # {"action": str, "thought": str, ...}: the expert's next
+                                        # action from the current state (POST /expert)
+
 and calls `build_app(title, make_env, ...)` to serve it. Every server speaks two dialects on the
 same port: this project's, and AgentGym's, field for field as AgentGym's client classes
 (`agentenv/envs/<env>.py`) send them:
@@ -288,6 +293,10 @@ class CloseBody(_WithInstance):
     pass
 
 
+class ExpertBody(_WithInstance):
+    pass
+
+
 class CreateBody(_Body):
     pass  # the keys are checked against build_app's lists, their types against the constructor
 
@@ -410,8 +419,11 @@ class InstanceTable:
         try:
             if self.envs.get(i) is not inst:  # closed or dropped while this request waited
                 raise EnvError(f"no environment instance with id {i} (it was closed)", 404)
-            if method == "step" and not inst.ready:
-                raise EnvError("reset the instance before stepping it")
+            if method in ("step", "expert") and not inst.ready:
+                what = "stepping it" if method == "step" else "asking its expert"
+                raise EnvError(f"reset the instance before {what}")
+            if method == "expert" and inst.done:  # no next action: nothing for the expert to say
+                raise EnvError("the episode is over: the expert has no next action; reset the instance first")
             if method == "step" and inst.done:
                 last = dict(inst.last, reward=0.0, observation=f"{OVER}\n{inst.last.get('observation', '')}")
                 if "available_actions" in last:
@@ -605,6 +617,15 @@ def build_app(title: str, make_env: Callable[..., object], create_keys: tuple[st
         if id is None and env_idx is None:
             raise EnvError("give the instance as ?id=N (or ?env_idx=N)", 422)
         return await table.call(env_idx if env_idx is not None else id, "observation")
+
+    # The expert's next action (servers' `expert()`): for the trainer (demonstrations, DAgger-style
+    # relabelling), never on the agent's path. Same errors as /step: 404 unknown id, 422 malformed,
+    # 400 before a reset or after the episode ended.
+    @app.post("/expert")
+    async def expert(body: ExpertBody):
+        if not callable(getattr(table.get(body.instance).env, "expert", None)):
+            raise EnvError(f"the {title} environment has no expert", 404)
+        return await table.call(body.instance, "expert")
 
     @app.post("/close")
     async def close(body: CloseBody):

@@ -30,6 +30,16 @@ only score, completion and move count. The extras are computed when asked: the c
 `check valid actions`, `GET /action_hint?id=` (action templates, objects, valid actions),
 `GET /goals?id=` (ScienceWorld's subgoal progress), `GET /task_description?id=`, `GET /detail?id=`.
 
+The expert (`POST /expert`, servers/common.py; the trainer's, never the agent's) follows
+ScienceWorld's own gold path of the loaded variation (`getGoldActionSequence`). Generating it takes
+3-30 s, so it happens only when the expert is first asked about a variation (the path is then kept
+by this process): the task is loaded again with `generateGoldPath` and the episode's actions are
+replayed (a variation's world is the same at every load), so the agent's state is unchanged. The expert answers the gold action after the
+last one the agent followed; pure observations (`look ...`, `inventory`, `task`) between them do
+not leave the path, any other action does: from then on the expert still answers the next gold
+action, with `on_path: false` (it may no longer apply). Past the gold path's end it answers `look
+around` (docs/experts.md).
+
 A JVM that dies (killed, out of memory) makes its instance answer a 503 JSON error that says so;
 the server and the other instances keep going, and the next `/reset` of that instance (or a new
 `/create`) starts a fresh JVM.
@@ -89,6 +99,8 @@ GAMES = [(name, v, "train" if v < n_train else "dev" if v < n_train + n_dev else
 MAX_MOVES = 100  # ScienceWorld's default envStepLimit, which AgentGym keeps
 CHECK = "check valid actions"
 MAX_LISTED = 200  # valid actions listed by `check valid actions` (all of them: /action_hint)
+GOLD_PATHS: dict[tuple[str, int], list[str]] = {}  # (task, variation) -> its gold path, once generated
+OBSERVING = ("look around", "look at ", "look in ", "inventory", "task")  # actions that change nothing
 
 
 def split_ranges() -> dict[str, list[tuple[int, int]]]:
@@ -112,6 +124,8 @@ class SciWorldEnv:
         self.game: tuple[str, int, str] | None = None
         self.last, self.task_description = "", ""
         self.score, self.moves, self.done, self.failed = 0, 0, False, False
+        self.history: list[str] = []  # the actions of this episode, for the expert's replay
+        self.gold: list[str] | None = None  # the gold path, once the expert was asked
 
     # --- the JVM --------------------------------------------------------------------------
 
@@ -167,6 +181,7 @@ class SciWorldEnv:
         self._call("load", name, variation, "", False)
         self.game = (name, variation, split)
         self.score, self.moves, self.done, self.failed = 0, 0, False, False
+        self.history, self.gold = [], None
         self.task_description = self._call("getTaskDescription")
         # AgentGym's first move after loading. As on AgentGym's server, `observation` is its answer
         # alone: AgentGym's client (and envs.py) show `task_description + "\n" + observation`.
@@ -179,6 +194,7 @@ class SciWorldEnv:
         if " ".join(re.sub(r"[^a-z ]", " ", action.lower()).split()) == CHECK:
             return self.answer(self.valid_actions_text(), 0)  # free: no move, no change
         self.last = self._call("step", action)
+        self.history.append(action)
         # The simulator's own score, completion and move count; no look/inventory/valid list.
         raw = int(round(100 * self._call("getScore")))
         self.moves = self._call("getNumMoves")
@@ -197,6 +213,31 @@ class SciWorldEnv:
     def answer(self, observation: str, reward: float) -> dict:
         return {"observation": observation, "reward": reward, "score": self.score, "done": self.done,
                 "failed": self.failed, "moves": self.moves}
+
+    # --- the expert (POST /expert: the trainer's, never the agent's) ----------------------
+
+    def expert(self) -> dict:
+        """{"action", "thought", "on_path"}: the next action of the variation's gold path."""
+        self._need_game()
+        if self.gold is None:
+            self.gold = self._gold_path()
+        pos, on_path = follow(self.gold, self.history[1:])  # (history[0]: the reset's `look around`)
+        if pos >= len(self.gold):
+            return {"action": "look around", "on_path": False,
+                    "thought": "My plan is done but the task is not; I look around."}
+        action = self.gold[pos]
+        return {"action": action, "thought": gold_thought(action), "on_path": on_path}
+
+    def _gold_path(self) -> list[str]:
+        """The variation's gold path: from this process's cache, else by loading the variation again
+        with its gold path generated and replaying the episode so far."""
+        name, variation, _ = self.game
+        if (name, variation) not in GOLD_PATHS:
+            self._call("load", name, variation, "", True)
+            GOLD_PATHS[(name, variation)] = [str(a) for a in self._call("getGoldActionSequence")]
+            for action in self.history:
+                self._call("step", action)
+        return GOLD_PATHS[(name, variation)]
 
     # --- extras, computed only when asked -------------------------------------------------
 
@@ -234,6 +275,40 @@ class SciWorldEnv:
     def _need_game(self) -> None:
         if self.game is None:
             raise EnvError("reset the instance first")
+
+
+def follow(gold: list[str], taken: list[str]) -> tuple[int, bool]:
+    """(how many gold actions `taken` followed, whether it stayed on the path): observations
+    between gold actions are allowed; any other action leaves the path."""
+    pos = 0
+    for a in taken:
+        a = " ".join(a.lower().split())
+        if pos < len(gold) and a == " ".join(gold[pos].lower().split()):
+            pos += 1
+        elif not a.startswith(OBSERVING):
+            return pos, False
+    return pos, True
+
+
+def gold_thought(action: str) -> str:
+    """A short reason for a gold action, from its verb."""
+    for verb, why in [("focus on ", "The task is about the {}, so I focus on it."),
+                      ("go to ", "I need to be in the {} next."),
+                      ("pick up ", "I need the {}, so I pick it up."),
+                      ("open ", "I open the {} to get through or see inside."),
+                      ("move ", "I move {} as the task needs."), ("pour ", "I pour {}."),
+                      ("activate ", "I turn on the {}."), ("deactivate ", "I turn off the {}."),
+                      ("look at ", "I examine the {}."), ("use ", "I use {}."), ("connect ", "I connect {}."),
+                      ("mix ", "I mix the {}."), ("read ", "I read the {}.")]:
+        if action.startswith(verb):
+            return why.format(action[len(verb):])
+    if action == "look around":
+        return "I look around to see what is here."
+    if action.startswith("wait"):
+        return "I wait for the process to go on."
+    if action.isdigit():
+        return f"The action was ambiguous; I choose option {action}."
+    return f"Next I {action}."
 
 
 # Each instance is a JVM of 150-350 MB: at most 64 by default (--max-instances).

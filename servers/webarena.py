@@ -43,6 +43,15 @@ REDDIT default to the local shop and forum of `servers/websites/`, started on lo
 this process. Each instance gets a fresh copy of the local sites' state at every reset (a cookie
 names it), so episodes are repeatable and concurrent instances never see each other's changes.
 
+The expert (`POST /expert`, servers/common.py; the trainer's, never the agent's): a task config
+may hold a `reference_solution` (every offline task does; tests/test_webarena.py checks that each
+scores 1 with the task's own evaluator): a list of steps, each `["click"|"hover", role, name]`,
+`["type", role, name, text, enter]` (the element found by role and name on the current page) or
+a literal action (`"stop [6]"`). The server notes at every executed action whether it was the next
+reference step; the expert answers that next step. Once the agent left the path, the expert's
+answer is `goto [start_url]`, which puts the reference solution back at its first step
+(docs/experts.md). A task without a reference solution has no expert (404).
+
 One Chromium process is shared by all instances (headless, no sandbox, no background networking);
 each instance owns one browser context, closed on /close; a crashed browser is launched again at
 the next reset. Playwright's async API runs on one dedicated thread and event loop, and the
@@ -379,6 +388,7 @@ class WebArenaEnv:
         self.origins: set[str] = set()  # where this task's browser may go
         self.refused: list[str] = []  # what the browser was kept from since the last answer
         self.judge = webarena_eval.load_judge()
+        self.ref_pos, self.off_path = 0, False  # the expert's place in the task's reference solution
 
     # --- the protocol (request threads) ----------------------------------------------------
 
@@ -431,6 +441,7 @@ class WebArenaEnv:
             await page.goto(url)
             self.active = len(self.pages) - 1
         self.task, self.previous, self.done, self.score = config, "None", False, 0.0
+        self.ref_pos, self.off_path = 0, False
         await self._observe()
         self.refused = []
         return self._answer(0.0, category=(config.get("sites") or ["unknown"])[0], task_id=config.get("task_id"),
@@ -469,6 +480,7 @@ class WebArenaEnv:
             if name == "goto" and not self.allowed(args[0]):
                 self.refused.append(args[0])
                 raise ActionError(self._refusals())
+            self._track(name, args)
             if name == "stop":
                 answer = args[0] or ""
                 self.previous = f"stop [{answer}]"
@@ -618,6 +630,57 @@ class WebArenaEnv:
             for site in LOCAL_SITES.values():
                 site.WORLDS.drop(self.world)
             self.world = None
+
+    # --- the expert (POST /expert: the trainer's, never the agent's) ----------------------
+
+    def _reference_step(self, k: int) -> str | None:
+        """Reference step k as an action string on the current page (None: its element is not here)."""
+        step = self.task["reference_solution"][k]
+        if isinstance(step, str):
+            return step
+        kind, role, name, *rest = step
+        bid = next((b for b, e in self.elements.items() if e["role"] == role and e["name"] == name), None)
+        return None if bid is None else f"{kind} [{bid}]" + "".join(f" [{x}]" for x in rest)
+
+    def _start_url(self) -> str:
+        return self.task["start_url"].split(" |AND| ")[0]
+
+    def _track(self, name: str, args: tuple) -> None:
+        """Bookkeeping for the expert (nothing the agent sees): was this executed action the next
+        reference step? A `goto` to the start page puts the reference back at its first step."""
+        solution = self.task.get("reference_solution") or []
+        if name == "goto" and args[0] == self._start_url():
+            self.ref_pos, self.off_path = 0, False
+            return
+        on = not self.off_path and self.ref_pos < len(solution)
+        step = self._reference_step(self.ref_pos) if on else None
+        if step is not None and parse_action(f"```{step}```") == (name, args):
+            self.ref_pos += 1
+        else:
+            self.off_path = True
+
+    def expert(self) -> dict:
+        """{"action", "thought", "on_path"}: the next step of the task's reference solution, or
+        `goto [start_url]` once the agent left it."""
+        solution = self.task.get("reference_solution")
+        if not solution:
+            raise EnvError(f"task {self.task.get('task_id')} has no reference solution, so no expert", 404)
+        step = None if self.off_path or self.ref_pos >= len(solution) else self._reference_step(self.ref_pos)
+        if step is None:
+            return {"action": f"```goto [{self._start_url()}]```", "on_path": False,
+                    "thought": "This is not the way I planned; I start again from the start page."}
+        raw = solution[self.ref_pos]
+        if isinstance(raw, str) and raw.startswith("stop"):
+            answer = parse_action(f"```{raw}```")[1][0] or ""
+            why = f"The answer is {answer}, so I stop with it." if answer else \
+                "The objective is done, so I stop."
+        elif isinstance(raw, str):
+            why = "That is the next step."
+        else:
+            verb = {"click": "click", "hover": "hover over", "type": "fill in"}[raw[0]]
+            why = f"To reach the objective, I {verb} the {raw[1]} '{raw[2]}'" + (
+                f" with '{raw[3]}'." if raw[0] == "type" else ".")
+        return {"action": f"```{step}```", "thought": why, "on_path": True}
 
     # --- answers ---------------------------------------------------------------------------
 
