@@ -15,8 +15,8 @@ again to build a training sequence. A trajectory with full context is ONE token 
 
 where the loss mask is 1 exactly on the agent's own tokens (its reply and end-of-turn token).
 The observation that follows the last action is not appended: nothing after it is trained and
-the outcome reward belongs to the agent's last token (see README, "the reference code's lost
-reward"). With `context_turns=K > 0` the agent sees only its last K turns (the tiny policy uses
+the outcome reward belongs to the agent's last token (docs/algorithms.md, "the reference
+code's lost reward"). With `context_turns=K > 0` the agent sees only its last K turns (the tiny policy uses
 K=1: the current observation); each turn is then its own sequence ("row"), rows in turn order.
 
 Whole-conversation episodes keep their KV cache from turn to turn (`kv_cache.Encoded`): each

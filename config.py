@@ -194,7 +194,7 @@ def set_threads(cfg: AgentConfig, device: str) -> int:
     """Set torch's intra-op threads from `cfg.threads` (0: the device's default) and return it.
     On a CPU one thread is the default: the tiny policy's matrices are so small that a second
     OpenMP thread costs more in synchronisation than it saves, most of all on a busy machine
-    (README, "Speed", measured with benchmarks/rollout_profile.py). A real model's decoding is no
+    (docs/speed.md, measured with benchmarks/rollout_profile.py). A real model's decoding is no
     different (16 rows x SmolLM2's 576 -> 1536: 6.4 GFLOP/s on 1 thread, 0.4 on 2, on a busy 2-core
     machine), though its large matmuls gain (2048 rows: 8.1 against 9.7; docs/speed_smollm2.md)."""
     import torch

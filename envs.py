@@ -165,10 +165,10 @@ def babyai_tasks(levels: list[int], seeds: range) -> list[int]:
     return [seed * 40 + (level - 1) for seed in seeds for level in levels]
 
 
-# The CPU demo's task set (see README): BabyAI-GoToRedBall-v0, GoToObjS6 and GoToLocalS8N7,
+# The CPU demo's task set (docs/tiny-demo.md): BabyAI-GoToRedBall-v0, GoToObjS6 and GoToLocalS8N7,
 # AgentGym's levels 2, 4 and 5. Seeds below 10000 train, seeds from 10000 test.
 BABYAI_DEMO_LEVELS = [2, 4, 5]
-# The ScalingInter study's task set (README, "ScalingInter-RL, measured"): GoToDoor, GoToObjDoor and
+# The ScalingInter study's task set (docs/scaling-inter.md): GoToDoor, GoToObjDoor and
 # OpenDoorLoc, AgentGym's levels 10, 11 and 14. The target is often out of view or behind other
 # objects, so turns spent looking around pay: on the test split random valid actions succeed
 # 11% of the time within 1 turn, 20% within 2, 28% within 3, 34% within 4, 48% within 8 and 64%

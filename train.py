@@ -20,7 +20,7 @@ Nth step's rollouts, <out>/rollouts/step_N.jsonl).
 
 Several GPUs or machines: `accelerate launch --multi_gpu --num_processes N train.py ...` runs N
 processes that each roll out 1/N of the step's tasks and make one update together (DDP), with the
-distributed plumbing in machinery/dist.py (README, "More than one GPU / more than one machine").
+distributed plumbing in machinery/dist.py (docs/scale-out.md).
 
 Faults: an episode that ended in an environment error (a crashed server, a time-out) has no
 outcome the policy earned, so it is left out of the update, counted (`charts/env_errors`) and

@@ -1,6 +1,6 @@
 """GRPO vs RLOO vs PPO vs REINFORCE++ on the same task, budget and seeds (AgentGym-RL compares
 them in its section 4; the reference code's PPO and REINFORCE++ lost the outcome reward, see
-README). Every run is `train.train(Config(algo=A, seed=S, out=runs/compare/A-S))` with train.py's
+docs/algorithms.md). Every run is `train.train(Config(algo=A, seed=S, out=runs/compare/A-S))` with train.py's
 defaults otherwise; the table gives held-out test success before and after training, mean +- std
 over seeds, and is written to runs/compare/table.md.
 

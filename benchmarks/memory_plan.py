@@ -37,7 +37,7 @@ The model of memory (bytes; P parameters, L layers, H hidden, I MLP width, V voc
     mode keeps each generation batch's cache between turns), L * kv_heads * head_dim * tokens
     elements each for keys and values, keys 4 bytes, values 4 (2 under bf16), and one generation
     batch's prefill transient.
-The constants were fitted to what `benchmarks/update_memory.py` measured on CPU (see README);
+The constants were fitted to what `benchmarks/update_memory.py` measured on CPU (docs/gpu.md);
 the estimate is a guide to which flags a card needs, not a promise to the last GB.
 """
 

@@ -25,7 +25,7 @@ mean turns, share cut by the horizon vs step; one line per schedule), `sweep.png
 Runs already finished (their summary.json exists) are reused, so an interrupted study continues,
 and several processes can share one --out (e.g. one per seed) and a last call writes the report.
 
-    python benchmarks/scaling_inter_study.py                  # the README's configuration
+    python benchmarks/scaling_inter_study.py                  # docs/scaling-inter.md's configuration
     python benchmarks/scaling_inter_study.py --quick          # a smoke test (CI)
 """
 
