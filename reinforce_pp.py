@@ -56,8 +56,16 @@ def advantages(batch, cfg, state=None) -> None:
 def loss(logp: torch.Tensor, entropy: torch.Tensor | None, mb, cfg, state=None):
     """The shared clipped policy loss with no KL term + entropy bonus; logp, entropy: (B, T).
     Returns (loss, stats)."""
-    total, stats = clipped_policy_loss(logp, entropy, mb, mb.advantages, cfg.clip_ratio, kl_coef=0.0,
-                                       entropy_coef=cfg.entropy_coef, clip_ratio_high=cfg.clip_ratio_high)
+    total, stats = clipped_policy_loss(
+        logp,
+        entropy,
+        mb,
+        mb.advantages,
+        cfg.clip_ratio,
+        kl_coef=0.0,
+        entropy_coef=cfg.entropy_coef,
+        clip_ratio_high=cfg.clip_ratio_high,
+    )
     if mb.ref_logprobs is not None:  # the KL that went into the reward (k1, sampling policy)
         m = mb.loss_mask.to(logp.device)
         k1 = mb.old_logprobs.to(logp.device) - mb.ref_logprobs.to(logp.device)

@@ -83,7 +83,7 @@ class Adaptive:
         if len(history) < step - 1:
             raise ValueError(f"step {step} needs the {step - 1} earlier steps' metrics, got {len(history)}")
         stage, succ, cut = 0, [], []  # succ, cut: the current stage's steps so far
-        for row in history[:step - 1]:
+        for row in history[: step - 1]:
             if "charts/success" not in row:  # a step whose every episode hit an environment error
                 continue
             succ.append(row["charts/success"])
@@ -98,7 +98,7 @@ class Adaptive:
         if len(succ) < 2 * w:
             return False
         mean = lambda xs: sum(xs) / len(xs)
-        return mean(cut[-w:]) >= self.cut_share and mean(succ[-w:]) - mean(succ[-2 * w:-w]) < self.min_gain
+        return mean(cut[-w:]) >= self.cut_share and mean(succ[-w:]) - mean(succ[-2 * w : -w]) < self.min_gain
 
     def horizon(self, step: int, history=()) -> int:
         return self.rounds[self.stage(step, history)]

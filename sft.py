@@ -126,8 +126,12 @@ def from_episode(rec: dict) -> Demo:
     dropped (the policy being trained brings its own), a trailing observation no reply answered too."""
     msgs = [m for m in rec["conversation"] if m["role"] != "system"]
     turns = _pairs([(m["role"], m["content"]) for m in msgs], "user", "assistant", f"task {rec.get('task')}")
-    return Demo(name=f"task {rec.get('task')}", turns=turns, actions=list(rec["actions"])[:len(turns)],
-                success=bool(rec.get("success")))
+    return Demo(
+        name=f"task {rec.get('task')}",
+        turns=turns,
+        actions=list(rec["actions"])[: len(turns)],
+        success=bool(rec.get("success")),
+    )
 
 
 def from_agenttraj(item: dict, parse_action) -> Demo:
@@ -174,8 +178,15 @@ def load_demos(paths: str, parse_action, only_success: bool = True) -> list[Demo
 
 def write_agenttraj(path: str, demos: list[Demo]) -> None:
     """Demonstrations as AgentGym's AgentTraj list (for AgentGym's own bc_trainer)."""
-    items = [{"item_id": d.name, "conversations": [{"from": f, "value": v} for o, r in d.turns
-                                                   for f, v in (("human", o), ("gpt", r))]} for d in demos]
+    items = [
+        {
+            "item_id": d.name,
+            "conversations": [
+                {"from": f, "value": v} for o, r in d.turns for f, v in (("human", o), ("gpt", r))
+            ],
+        }
+        for d in demos
+    ]
     with open(path, "w") as f:
         json.dump(items, f, indent=1)
 
@@ -229,8 +240,12 @@ def _allowed_ids(trie: dict, ids: list[int]) -> dict[int, list[int]]:
 def cut(row: Row, n: int) -> Row:
     """The first n tokens of a row (a prefix is a valid training sequence: the model only ever
     conditions on what comes before)."""
-    return Row(ids=row.ids[:n], mask=row.mask[:n], logprobs=row.logprobs[:n],
-               allowed={p: a for p, a in row.allowed.items() if p < n})
+    return Row(
+        ids=row.ids[:n],
+        mask=row.mask[:n],
+        logprobs=row.logprobs[:n],
+        allowed={p: a for p, a in row.allowed.items() if p < n},
+    )
 
 
 def demo_items(policy: Policy, spec: EnvSpec, demos: list[Demo], max_tokens: int = 0) -> list[Trajectory]:
@@ -286,7 +301,7 @@ def sft(cfg: Config) -> dict:
         policy.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
     demos = load_demos(cfg.data, spec.parse_action, cfg.only_success)
-    demos = demos[:cfg.demos] if cfg.demos else demos
+    demos = demos[: cfg.demos] if cfg.demos else demos
     items = demo_items(policy, spec, demos, cfg.max_tokens)
     if not items:
         raise SystemExit(f"no demonstrations with a reply in {cfg.data!r}")
@@ -301,23 +316,28 @@ def sft(cfg: Config) -> dict:
     per_epoch = math.ceil(len(items) / cfg.batch_size)
     tokens = sum(sum(r.mask) for t in items for r in t.rows)
     t0, step = time.time(), 0
-    bar = tqdm(total=cfg.epochs * per_epoch, desc=f"sft on {len(items)} {cfg.env} demonstrations",
-               disable=not main)
+    bar = tqdm(
+        total=cfg.epochs * per_epoch, desc=f"sft on {len(items)} {cfg.env} demonstrations", disable=not main
+    )
     for _ in range(cfg.epochs):
         order = torch.randperm(len(items)).tolist()
         for s in range(0, len(items), cfg.batch_size):
             step += 1
-            mine = dist.shard([items[i] for i in order[s:s + cfg.batch_size]])  # this process's share
+            mine = dist.shard([items[i] for i in order[s : s + cfg.batch_size]])  # this process's share
             batch = make_batch(mine, policy.tokenizer.pad_token_id)
             policy.model.train()
             optimizer.zero_grad()
             st = accumulate_gradients(forward, batch, SFT, run, None, accelerator)
             grad_norm = accelerator.clip_grad_norm_(policy.model.parameters(), cfg.max_grad_norm)
             optimizer.step()
-            m = {"step": step, "epoch": step / per_epoch, "losses/loss": st["losses/loss"],
-                 "losses/entropy": st.get("losses/entropy", float("nan")),
-                 "losses/grad_norm": float(grad_norm),
-                 "charts/seconds": time.time() - t0}
+            m = {
+                "step": step,
+                "epoch": step / per_epoch,
+                "losses/loss": st["losses/loss"],
+                "losses/entropy": st.get("losses/entropy", float("nan")),
+                "losses/grad_norm": float(grad_norm),
+                "charts/seconds": time.time() - t0,
+            }
             if main:
                 with open(metrics_path, "a") as f:
                     f.write(json.dumps(m) + "\n")
@@ -325,17 +345,25 @@ def sft(cfg: Config) -> dict:
             bar.set_postfix(loss=f"{m['losses/loss']:.3f}")
     bar.close()
     optimizer.zero_grad(set_to_none=True)
-    summary = {"config": dataclasses.asdict(cfg), "demonstrations": len(items), "agent_tokens": tokens,
-               "steps": step, "lr": lr, "seconds": time.time() - t0,
-               "final_loss": m["losses/loss"]}
+    summary = {
+        "config": dataclasses.asdict(cfg),
+        "demonstrations": len(items),
+        "agent_tokens": tokens,
+        "steps": step,
+        "lr": lr,
+        "seconds": time.time() - t0,
+        "final_loss": m["losses/loss"],
+    }
     if main:
         save(policy, os.path.join(cfg.out, "checkpoint"), cfg.merge_lora, summary)
         with open(os.path.join(cfg.out, "summary.json"), "w") as f:
             json.dump(summary, f, indent=2)
         plot_loss(metrics_path, os.path.join(cfg.out, "loss.png"))
-        print(f"sft: {len(items)} demonstrations, {tokens} agent tokens, {step} steps in "
-              f"{summary['seconds']:.0f} s, "
-              f"loss {summary['final_loss']:.4f} -> {os.path.join(cfg.out, 'checkpoint')}")
+        print(
+            f"sft: {len(items)} demonstrations, {tokens} agent tokens, {step} steps in "
+            f"{summary['seconds']:.0f} s, "
+            f"loss {summary['final_loss']:.4f} -> {os.path.join(cfg.out, 'checkpoint')}"
+        )
     dist.barrier()
     return summary
 
@@ -363,13 +391,15 @@ def save(policy: Policy, folder: str, merge_lora: bool, summary: dict) -> None:
 def plot_loss(metrics_path: str, png: str) -> None:
     """The SFT loss per step, for people who would rather see than read."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     rows = read_records(metrics_path)
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    ax.plot([r["step"] for r in rows], [r["losses/loss"] for r in rows],
-            label="SFT loss (NLL per agent token)")
+    ax.plot(
+        [r["step"] for r in rows], [r["losses/loss"] for r in rows], label="SFT loss (NLL per agent token)"
+    )
     ax.set_xlabel("step")
     ax.set_yscale("log")
     ax.legend()
@@ -400,7 +430,7 @@ def valid_replies(records: list[dict], env: str) -> tuple[int, int]:
     server's messages for an action it did not carry out."""
     ok = n = 0
     for rec in records:
-        for answer in rec["observations"][1:len(rec["actions"]) + 1]:
+        for answer in rec["observations"][1 : len(rec["actions"]) + 1]:
             n += 1
             ok += not any(marker in answer for marker in INVALID[env])
     return ok, n
@@ -412,8 +442,18 @@ def main(argv=None):
         records = [r for p in cfg.valid.split(",") for r in read_records(p)]
         ok, n = valid_replies(records, cfg.env)
         success = float(np.mean([bool(r["success"]) for r in records])) if records else 0.0
-        print(json.dumps({"env": cfg.env, "valid_replies": ok, "replies": n, "valid_share": ok / max(n, 1),
-                          "episodes": len(records), "success": success}))
+        print(
+            json.dumps(
+                {
+                    "env": cfg.env,
+                    "valid_replies": ok,
+                    "replies": n,
+                    "valid_share": ok / max(n, 1),
+                    "episodes": len(records),
+                    "success": success,
+                }
+            )
+        )
         return ok / max(n, 1)
     return sft(cfg)
 

@@ -24,7 +24,9 @@ import torch
 from agent import Policy, Trajectory, action_trie, chat_ids, load_policy
 from batch import Row, make_batch, token_logprobs
 
-CACHE_DIR = os.environ.get("AGENTGYM_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "agentgym-rl-mini"))
+CACHE_DIR = os.environ.get(
+    "AGENTGYM_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "agentgym-rl-mini")
+)
 SETTINGS = dict(mask_actions=True, context_turns=1, max_new_tokens=48, use_instruction=False, is_tiny=True)
 """The tiny policy's `agent.Policy` settings: it needs the action mask to write an action at all,
 and sees only the current observation (flags may override the first three)."""
@@ -32,10 +34,13 @@ LR = 5e-4
 """Its learning rate (real models: the paper's 1e-6)."""
 
 TINY_VERSION = "v2"
-TINY_SHAPE = dict(hidden_size=128, intermediate_size=512, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=4)
-CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+TINY_SHAPE = dict(
+    hidden_size=128, intermediate_size=512, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4
+)
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
 def tiny_policy_path(env: str) -> str:
@@ -72,7 +77,7 @@ def _random_states(env: str, episodes: int, max_turns: int, seed: int):
     states = []
     try:
         for s in range(0, len(tasks), len(pool)):
-            chunk = tasks[s:s + len(pool)]
+            chunk = tasks[s : s + len(pool)]
             res = pool.reset(list(range(len(chunk))), chunk)
             live = list(range(len(chunk)))
             for _ in range(max_turns):
@@ -80,7 +85,7 @@ def _random_states(env: str, episodes: int, max_turns: int, seed: int):
                 if not live:
                     break
                 acts = [rng.choice(res[i]["available_actions"]) for i in live]
-                for i, a in zip(live, acts):
+                for i in live:
                     states.append((res[i]["observation"], res[i]["available_actions"]))
                 out = pool.step(live, acts)
                 for i, r in zip(live, out):
@@ -106,18 +111,29 @@ def tiny_tokenizer(texts: list[str], vocab_size: int = 2000):
     core = Tokenizer(models.BPE())
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     core.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, special_tokens=specials,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=2,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     core.train_from_iterator(texts + ["user", "assistant", "system", "check available actions"], trainer)
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                  unk_token="[UNK]", additional_special_tokens=["<|im_start|>"],
-                                  clean_up_tokenization_spaces=False)
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token="[UNK]",
+        additional_special_tokens=["<|im_start|>"],
+        clean_up_tokenization_spaces=False,
+    )
     tok.chat_template, tok.padding_side = CHATML, "left"
     return tok
 
 
-def build_tiny_policy(env: str, path: str, seed: int = 0, warmup_steps: int = 200,
-                      episodes: int = 400) -> None:
+def build_tiny_policy(
+    env: str, path: str, seed: int = 0, warmup_steps: int = 200, episodes: int = 400
+) -> None:
     """Build, warm up and save the tiny policy for `env`.
 
     1. A byte-level BPE tokenizer trained on the text of random play, with ChatML.
@@ -126,24 +142,29 @@ def build_tiny_policy(env: str, path: str, seed: int = 0, warmup_steps: int = 20
        available actions. The model learns what an action looks like, never which one is good:
        everything it learns about the task must come from reward.
     """
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
     from tqdm import tqdm
+    from transformers import Qwen2Config, Qwen2ForCausalLM
 
     caller_rng = torch.get_rng_state()  # building here must not change the run that asked for it
     torch.manual_seed(seed)
     rng = random.Random(seed)
     states = _random_states(env, episodes=episodes, max_turns=6, seed=seed)
     tok = tiny_tokenizer([text for obs, acts in states for text in [obs, *acts]])
-    cfg = Qwen2Config(vocab_size=len(tok), max_position_embeddings=1024, tie_word_embeddings=True,
-                      eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                      bos_token_id=tok.eos_token_id, **TINY_SHAPE)
+    cfg = Qwen2Config(
+        vocab_size=len(tok),
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.eos_token_id,
+        **TINY_SHAPE,
+    )
     cfg.agentgym_tiny = True  # is_tiny(): a checkpoint of it loads with SETTINGS too
     model = Qwen2ForCausalLM(cfg)
     policy = Policy(model=model, tokenizer=tok, **SETTINGS)
 
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    for step in tqdm(range(warmup_steps), desc=f"tiny {env} warm-up (random valid actions)", leave=False):
+    for _ in tqdm(range(warmup_steps), desc=f"tiny {env} warm-up (random valid actions)", leave=False):
         rows = []
         for obs, acts in rng.sample(states, 32):
             ctx = chat_ids(tok, [{"role": "user", "content": obs}])
@@ -152,8 +173,14 @@ def build_tiny_policy(env: str, path: str, seed: int = 0, warmup_steps: int = 20
             for p, t in enumerate(reply):  # the same mask as at sampling time
                 allowed[len(ctx) + p] = [k for k in trie if k is not None]
                 trie = trie[t]
-            rows.append(Row(ids=ctx + reply, mask=[0] * len(ctx) + [1] * len(reply),
-                            logprobs=[0.0] * (len(ctx) + len(reply)), allowed=allowed))
+            rows.append(
+                Row(
+                    ids=ctx + reply,
+                    mask=[0] * len(ctx) + [1] * len(reply),
+                    logprobs=[0.0] * (len(ctx) + len(reply)),
+                    allowed=allowed,
+                )
+            )
         batch = make_batch([Trajectory(task=0, group=0, rows=rows)], tok.pad_token_id)
         logp, _ = token_logprobs(model, batch)
         loss = -(logp * batch.loss_mask).sum() / batch.loss_mask.sum()

@@ -46,10 +46,8 @@ import torch
 from accelerate import Accelerator, DistributedType
 from tqdm import tqdm
 
-from machinery import dist
 import gigpo
 import grpo
-from machinery import lora
 import ppo
 import reinforce_pp
 import tiny
@@ -57,14 +55,14 @@ import view
 from agent import Policy, rollout
 from algorithm import Algorithm, dynamic_sampling, load_state, mask_truncated, save_state
 from batch import Batch, make_batch, micro_batches, token_logprobs
-from machinery.logprobs import LogprobForward, disable_dropout
 from benchmarks.binding_probe import binding, collect_states, probe_tasks
 from config import AgentConfig, check_split, flag, load_agent, parse, resolve_device, set_threads
 from envs import ENVS, EnvPool, EnvSpec, close_pool, open_pool, server_url
 from eval import evaluate, write_trajectories
-from scaling_inter import adaptive, staged
-from machinery import signals
+from machinery import dist, lora, signals
+from machinery.logprobs import LogprobForward, disable_dropout
 from machinery.timing import timed
+from scaling_inter import adaptive, staged
 
 # Each algorithm is an `algorithm.Algorithm` (advantages, loss, optional state): see its file.
 ALGOS = {
@@ -89,13 +87,15 @@ class Config(AgentConfig):
     steps: int = flag(50, at_least=1)
     """training steps (one rollout batch + update each)"""
     out: str = "runs/default"
-    """output folder: metrics.jsonl, summary.json, checkpoint/, curves.png, report.html, eval_before/, eval_after/"""
+    """output folder: metrics.jsonl, summary.json, checkpoint/, curves.png, report.html, eval_before/,
+    eval_after/"""
     rounds: str = flag("3,5", items=int, at_least=1)
     """ScalingInter-RL horizon stages h1,h2,... (one value: a fixed horizon)"""
     steps_per_stage: int = flag(25, at_least=1)
     """training steps per horizon stage"""
     schedule: str = flag("staged", choices=("staged", "adaptive"))
-    """horizon schedule over --rounds: staged (every --steps-per-stage steps) or adaptive (scaling_inter.py)"""
+    """horizon schedule over --rounds: staged (every --steps-per-stage
+    steps) or adaptive (scaling_inter.py)"""
     adapt_window: int = flag(5, at_least=1)
     """adaptive schedule: W, steps averaged on each side of its plateau test"""
     adapt_cut_share: float = flag(0.5, at_least=0, at_most=1)
@@ -113,23 +113,30 @@ class Config(AgentConfig):
     epochs: int = flag(1, at_least=1)
     """passes over each rollout batch"""
     minibatch_size: int = flag(64, at_least=1)
-    """trajectories per minibatch (at most; the batch is cut into equal minibatches; with N processes: of the global batch)"""
+    """trajectories per minibatch (at most; the batch is cut into equal minibatches; with N processes: of the
+    global batch)"""
     lr: float = flag(0.0, at_least=0)
     """learning rate; 0: tiny.LR (5e-4) for tiny, 1e-6 for real models (the paper's)"""
     max_grad_norm: float = flag(1.0, above=0)
     """gradient clipping (the policy's, and the critic's separately)"""
     clip_ratio: float = flag(0.2, above=0)
-    """all algorithms: clip range eps of the policy ratio (PPO, eq. 7); with --clip-ratio-high, the lower one"""
+    """all algorithms: clip range eps of the policy ratio (PPO, eq. 7);
+    with --clip-ratio-high, the lower one"""
     clip_ratio_high: float = flag(0.0, at_least=0)
-    """all algorithms: upper clip range eps_high, the ratio clipped to [1 - clip_ratio, 1 + eps_high] (DAPO's clip-higher, e.g. 0.28); 0: clip_ratio"""
+    """all algorithms: upper clip range eps_high, the ratio clipped to [1 - clip_ratio, 1 + eps_high] (DAPO's
+    clip-higher, e.g. 0.28); 0: clip_ratio"""
     dynamic_sampling: bool = False
-    """drop groups whose rewards are all equal (no GRPO signal) and roll out more groups to refill the batch (DAPO's dynamic sampling)"""
+    """drop groups whose rewards are all equal (no GRPO signal) and roll out more groups to refill the batch
+    (DAPO's dynamic sampling)"""
     dynamic_max_rounds: int = flag(3, at_least=1)
-    """dynamic sampling: extra rollouts per step at most; then train on what was kept (logged as dynamic/rounds)"""
+    """dynamic sampling: extra rollouts per step at most; then train on what was kept (logged as
+    dynamic/rounds)"""
     overlong_filter: bool = False
-    """leave episodes with a reply cut at --max-new-tokens out of the loss (DAPO's overlong filtering; their reward still counts in the group's baseline)"""
+    """leave episodes with a reply cut at --max-new-tokens out of the loss (DAPO's overlong filtering; their
+    reward still counts in the group's baseline)"""
     kl_coef: float = flag(0.001, at_least=0)
-    """all algorithms: weight of the KL to the frozen reference model (k3 loss term; REINFORCE++: in the reward); 0: no reference model"""
+    """all algorithms: weight of the KL to the frozen reference model (k3 loss term; REINFORCE++: in the
+    reward); 0: no reference model"""
     entropy_coef: float = 0.001
     """all algorithms: weight of the entropy bonus"""
     group_std_eps: float = flag(1e-6, at_least=0)
@@ -153,7 +160,8 @@ class Config(AgentConfig):
     step_norm: str = flag("std", choices=("std", "mean"))
     """gigpo: step-level normalisation, std ((R - mean) / std, the paper's) or mean (R - mean)"""
     anchor_normaliser: str = flag("exact", choices=list(gigpo.ANCHOR_NORMALISERS))
-    """gigpo: how observations match into anchor states: exact, whitespace, or babyai (drops the server's notes)"""
+    """gigpo: how observations match into anchor states: exact, whitespace, or babyai (drops the server's
+    notes)"""
     critic_lr: float = flag(0.0, at_least=0)
     """ppo: learning rate of the critic; 0: AgentGym-RL's 1e-5, or the policy's lr where larger (tiny)"""
     probe_every: int = flag(0, at_least=0)
@@ -175,23 +183,29 @@ class Config(AgentConfig):
     resume: str = flag("", check=lambda path: check_checkpoint(path))
     """checkpoint folder to continue from (model, optimizer, algorithm state, step, RNG)"""
     mixed_precision: str = flag("no", choices=("no", "fp16", "bf16"))
-    """no, fp16, bf16: autocast at rollout, evaluation and update alike (the trained weights stay float32; docs/gpu.md, "Precision")"""
+    """no, fp16, bf16: autocast at rollout, evaluation and update alike (the trained weights stay float32;
+    docs/gpu.md, "Precision")"""
     generation_batch_size: int = flag(256, at_least=1)
     """episodes that generate at once at rollout and evaluation (their prefill's memory); the rest wait"""
     micro_batch_size: int = flag(0, at_least=0)
-    """rows per forward/backward at most; a minibatch's gradients are accumulated over them (the step is the same); 0: no row limit"""
+    """rows per forward/backward at most; a minibatch's gradients are accumulated over them (the step is the
+    same); 0: no row limit"""
     micro_batch_tokens: int = flag(4096, at_least=0)
-    """padded tokens per forward/backward at most (rows x the longest row; rows sorted by length fill micro-batches up to it, a longer row goes alone); 0: no limit"""
+    """padded tokens per forward/backward at most (rows x the longest row; rows sorted by length fill
+    micro-batches up to it, a longer row goes alone); 0: no limit"""
     gradient_checkpointing: bool = False
-    """recompute each layer's activations in backward instead of keeping them (less memory, ~1/3 more compute)"""
+    """recompute each layer's activations in backward instead of keeping
+    them (less memory, ~1/3 more compute)"""
     ref_device: str = flag("auto", choices=("auto", "cpu"))
     """where the frozen reference model lives: auto (the policy's device) or cpu"""
     lora_rank: int = flag(0, at_least=0)
-    """train rank-R LoRA adapters (machinery/lora.py) instead of all weights; the reference is the base with adapters off; 0: off"""
+    """train rank-R LoRA adapters (machinery/lora.py) instead of all weights; the reference is the base with
+    adapters off; 0: off"""
     lora_alpha: float = flag(0.0, at_least=0)
     """LoRA scale alpha (the update is alpha / rank * B A); 0: 2 * rank"""
     stop_on_alarm: bool = False
-    """stop the run (after logging the step) when an alarm fires (machinery/signals.py); default: warn and go on"""
+    """stop the run (after logging the step) when an alarm fires (machinery/signals.py); default: warn and go
+    on"""
     alarm_patience: int = flag(3, at_least=1)
     """steps in a row a slow condition (no signal, echo, invalid actions) must hold before its alarm fires"""
     alarm_flat_share: float = flag(0.9, at_least=0, at_most=1)
@@ -219,12 +233,18 @@ class Config(AgentConfig):
         super().__post_init__()
         check_split(self.env, "train_split", self.train_split)
         check_split(self.env, "test_split", self.test_split)
-        if self.ref_device == "cpu" and self.lora_rank:  # nothing to move: the reference is the policy's own base
-            raise ValueError("--ref-device cpu does nothing with --lora-rank: the reference model is the policy's "
-                             "base with its adapters off, which stays where the policy is; leave --ref-device at auto")
+        if (
+            self.ref_device == "cpu" and self.lora_rank
+        ):  # nothing to move: the reference is the policy's own base
+            raise ValueError(
+                "--ref-device cpu does nothing with --lora-rank: the reference model is the policy's "
+                "base with its adapters off, which stays where the policy is; leave --ref-device at auto"
+            )
         if self.group_size < 2 and self.algo in ("grpo", "rloo", "gigpo"):
-            raise ValueError(f"--group-size {self.group_size}: {self.algo} compares the samples of a task's "
-                             "group, so it needs at least 2 (ppo and reinforce_pp learn from 1)")
+            raise ValueError(
+                f"--group-size {self.group_size}: {self.algo} compares the samples of a task's "
+                "group, so it needs at least 2 (ppo and reinforce_pp learn from 1)"
+            )
 
 
 def parse_args(argv=None) -> Config:
@@ -264,8 +284,13 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
     try:
         if run.start == 1:
             evaluation(run, "before")
-        bar = tqdm(range(run.start, cfg.steps + 1), desc=f"{cfg.algo} on {cfg.env}", initial=run.start - 1,
-                   total=cfg.steps, disable=not run.main)
+        bar = tqdm(
+            range(run.start, cfg.steps + 1),
+            desc=f"{cfg.algo} on {cfg.env}",
+            initial=run.start - 1,
+            total=cfg.steps,
+            disable=not run.main,
+        )
         for step in bar:
             t0 = time.time()
             tm = {} if profile is not None else None  # this step's sections (timing.timed)
@@ -292,8 +317,12 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
             if cfg.mixed_precision != "no":
                 extra.update(recompute_old_logprobs(run, batch, tm))
             if cfg.kl_coef:
-                with timed(tm, "reference"), accelerator.autocast(), lora.reference(policy.model), \
-                        dist.full_weights(forward):
+                with (
+                    timed(tm, "reference"),
+                    accelerator.autocast(),
+                    lora.reference(policy.model),
+                    dist.full_weights(forward),
+                ):
                     batch.ref_logprobs = reference_logprobs(run.ref_model or policy.model, batch, cfg)
             # (an algorithm with a model of its own reads the batch here)
             with timed(tm, "advantages"), accelerator.autocast():
@@ -301,27 +330,58 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
             # 4. update: `epochs` passes of clipped-ratio steps over minibatches
             policy.model.train()
             stats = update(forward, batch, len(trajs), algo, cfg, state, accelerator, run.trained, tm)
-            if step == run.start and run.main:  # before any optimizer step the ratio must be 1 (ON_POLICY_TOL)
+            if (
+                step == run.start and run.main
+            ):  # before any optimizer step the ratio must be 1 (ON_POLICY_TOL)
                 gap = stats["charts/on_policy_gap"]
-                tqdm.write(f"first minibatch: |log ratio| mean {gap:.2e}, max {stats['charts/on_policy_gap_max']:.2e} "
-                           f"({'on-policy' if gap <= ON_POLICY_TOL else 'NOT on-policy'} at tolerance {ON_POLICY_TOL:g})")
+                tqdm.write(
+                    f"first minibatch: |log ratio| mean {gap:.2e}, max "
+                    f"{stats['charts/on_policy_gap_max']:.2e} "
+                    f"({'on-policy' if gap <= ON_POLICY_TOL else 'NOT on-policy'} at tolerance "
+                    f"{ON_POLICY_TOL:g})"
+                )
             signals.check_finite(policy.model, step)  # NaN weights stop the run here, never saved
             # 5. log (with the periodic evaluation), checkpoint
             gen_tokens = int(dist.global_sum(int(batch.loss_mask.sum())))
-            m = step_metrics(run, step, horizon, trajs, batch, {**stats, **extra}, gen_tokens, n_errors,
-                             t0, t_roll, t_update)
+            m = step_metrics(
+                run,
+                step,
+                horizon,
+                trajs,
+                batch,
+                {**stats, **extra},
+                gen_tokens,
+                n_errors,
+                t0,
+                t_roll,
+                t_update,
+            )
             m.update(signals.step_signals(dist.gather(signals.episode_facts(episodes)), batch))  # signals.py
             m.update(evaluation(run, "step", step))
             fired = log_step(run, m, episodes, batch, trajs)
-            bar.set_postfix(h=horizon, succ=f"{m['charts/success']:.2f}", turns=f"{m['charts/turns']:.1f}",
-                            flat=f"{m['signals/flat_groups']:.2f}", alarms=len(fired))
+            bar.set_postfix(
+                h=horizon,
+                succ=f"{m['charts/success']:.2f}",
+                turns=f"{m['charts/turns']:.1f}",
+                flat=f"{m['signals/flat_groups']:.2f}",
+                alarms=len(fired),
+            )
             if step % cfg.save_every == 0 or step == cfg.steps:
                 with timed(tm, "checkpoint"):
-                    save_checkpoint(cfg, accelerator, policy, forward, run.optimizer, step, run.ref_path,
-                                    state)
+                    save_checkpoint(
+                        cfg, accelerator, policy, forward, run.optimizer, step, run.ref_path, state
+                    )
             if profile is not None:
-                profile.append({"step": step, "horizon": horizon, "episodes": len(trajs),
-                                "agent_tokens": gen_tokens, "total": time.time() - t0, **tm})
+                profile.append(
+                    {
+                        "step": step,
+                        "horizon": horizon,
+                        "episodes": len(trajs),
+                        "agent_tokens": gen_tokens,
+                        "total": time.time() - t0,
+                        **tm,
+                    }
+                )
             if fired and cfg.stop_on_alarm:  # an alarm stops the run only when asked to
                 if run.main:
                     tqdm.write(f"stopping after step {step}: --stop-on-alarm ({', '.join(fired)})")
@@ -372,8 +432,11 @@ def setup(cfg: Config) -> Run:
     seed_everything(cfg.seed)  # python's `random`, which picks the tasks, is the same on every process
     spec = ENVS[cfg.env]
     rounds = [int(h) for h in cfg.rounds.split(",")]
-    schedule = (adaptive(rounds, cfg.adapt_window, cfg.adapt_cut_share, cfg.adapt_min_gain)
-                if cfg.schedule == "adaptive" else staged(rounds, cfg.steps_per_stage))
+    schedule = (
+        adaptive(rounds, cfg.adapt_window, cfg.adapt_cut_share, cfg.adapt_min_gain)
+        if cfg.schedule == "adaptive"
+        else staged(rounds, cfg.steps_per_stage)
+    )
     device = resolve_device(cfg.device)
     set_threads(cfg, device)
     accelerator = Accelerator(mixed_precision=cfg.mixed_precision, cpu=device == "cpu")
@@ -381,7 +444,9 @@ def setup(cfg: Config) -> Run:
     os.makedirs(cfg.out, exist_ok=True)
     main = accelerator.is_main_process
     if cfg.tasks_per_step < dist.world():
-        raise ValueError(f"--tasks-per-step {cfg.tasks_per_step} < {dist.world()} processes: some would have no task")
+        raise ValueError(
+            f"--tasks-per-step {cfg.tasks_per_step} < {dist.world()} processes: some would have no task"
+        )
     torch.manual_seed(dist.process_seed(cfg.seed))  # each process samples its own replies
     np.random.seed(dist.process_seed(cfg.seed))
 
@@ -418,12 +483,31 @@ def setup(cfg: Config) -> Run:
     probed = cfg.probe_every and cfg.env == "babyai"
     probe = collect_states(pool, probe_tasks(cfg.probe_states)) if probed else []
     trained = [(forward, optimizer)] + ([(state.model, state.optimizer)] if state else [])
-    return Run(cfg=cfg, accelerator=accelerator, device=device, spec=spec, schedule=schedule, policy=policy,
-               forward=forward, optimizer=optimizer, ref_model=ref_model, ref_path=ref_path, algo=algo,
-               state=state, trained=trained, pool=pool, train_tasks=spec.splits[cfg.train_split],
-               test_tasks=spec.splits[cfg.test_split][:n_eval], probe=probe, start=start, history=history,
-               eval_turns=cfg.eval_max_turns or schedule.rounds[-1], summary=summary,
-               writer=tensorboard(cfg.out) if main else None, main=main)
+    return Run(
+        cfg=cfg,
+        accelerator=accelerator,
+        device=device,
+        spec=spec,
+        schedule=schedule,
+        policy=policy,
+        forward=forward,
+        optimizer=optimizer,
+        ref_model=ref_model,
+        ref_path=ref_path,
+        algo=algo,
+        state=state,
+        trained=trained,
+        pool=pool,
+        train_tasks=spec.splits[cfg.train_split],
+        test_tasks=spec.splits[cfg.test_split][:n_eval],
+        probe=probe,
+        start=start,
+        history=history,
+        eval_turns=cfg.eval_max_turns or schedule.rounds[-1],
+        summary=summary,
+        writer=tensorboard(cfg.out) if main else None,
+        main=main,
+    )
 
 
 def load_models(cfg: Config, accelerator, device: str, saved: dict | None):
@@ -434,7 +518,9 @@ def load_models(cfg: Config, accelerator, device: str, saved: dict | None):
     half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.mixed_precision)
     if cfg.lora_rank and not lora.has_adapters(policy.model):
         policy.model = lora.add_adapters(policy.model, cfg.lora_rank, cfg.lora_alpha)
-    if half and lora.has_adapters(policy.model):  # fresh or resumed: the frozen base in 2 bytes, adapters fp32
+    if half and lora.has_adapters(
+        policy.model
+    ):  # fresh or resumed: the frozen base in 2 bytes, adapters fp32
         for p in policy.model.parameters():
             p.data = p.data if p.requires_grad else p.data.to(half)
     disable_dropout(policy.model)  # the update's train mode must score like the rollout's eval mode
@@ -461,8 +547,9 @@ def resume(cfg: Config, saved: dict, optimizer, state, accelerator) -> int:
         load_state(state, cfg.resume, accelerator.unwrap_model)
     rngs = saved["rng"] if isinstance(saved["rng"], list) else [saved["rng"]]
     if len(rngs) != dist.world():
-        raise ValueError(f"{cfg.resume} was saved by {len(rngs)} processes; resume it with as many, "
-                         f"not {dist.world()}")
+        raise ValueError(
+            f"{cfg.resume} was saved by {len(rngs)} processes; resume it with as many, not {dist.world()}"
+        )
     set_rng_state(rngs[dist.rank()])
     return saved["step"] + 1
 
@@ -500,16 +587,28 @@ def evaluation(run: Run, when: str, step: int = 0) -> dict:
     cfg, m = run.cfg, {}
     at_step = when == "step"
     evaluate_now = bool(run.test_tasks) and (
-        not at_step or (cfg.eval_every > 0 and step % cfg.eval_every == 0 and step != cfg.steps))
-    probe_now = bool(run.probe) and when != "after" and (
-        not at_step or step % cfg.probe_every == 0 or step in (1, cfg.steps))
+        not at_step or (cfg.eval_every > 0 and step % cfg.eval_every == 0 and step != cfg.steps)
+    )
+    probe_now = (
+        bool(run.probe)
+        and when != "after"
+        and (not at_step or step % cfg.probe_every == 0 or step in (1, cfg.steps))
+    )
     if not (evaluate_now or probe_now):
         return m
     # FSDP: generation needs the whole weights; in the run's precision and generation batches
     with dist.full_weights(run.forward), run.accelerator.autocast():
         if evaluate_now:
-            ev, episodes = evaluate(run.policy, run.pool, run.spec, run.test_tasks, cfg.eval_samples,
-                                    run.eval_turns, "eval" if at_step else f"eval {when}", cfg.generation_batch_size)
+            ev, episodes = evaluate(
+                run.policy,
+                run.pool,
+                run.spec,
+                run.test_tasks,
+                cfg.eval_samples,
+                run.eval_turns,
+                "eval" if at_step else f"eval {when}",
+                cfg.generation_batch_size,
+            )
         if probe_now:
             probed = binding(run.policy, run.probe).__dict__
     if at_step:
@@ -525,8 +624,10 @@ def evaluation(run: Run, when: str, step: int = 0) -> dict:
             write_trajectories(os.path.join(cfg.out, f"eval_{when}", "trajectories.jsonl"), episodes)
             before = run.summary.get("eval_before", {}).get("success_rate", float("nan"))
             errors = f" ({ev['errors']} episodes with environment errors left out)" if ev["errors"] else ""
-            print(f"eval before: success {before:.3f}"
-                  + (errors if when == "before" else f"  after: success {ev['success_rate']:.3f}"))
+            print(
+                f"eval before: success {before:.3f}"
+                + (errors if when == "before" else f"  after: success {ev['success_rate']:.3f}")
+            )
     if probe_now:
         run.summary["probe_before"] = probed
     return m
@@ -541,9 +642,16 @@ def roll_groups(run: Run, horizon: int, tm=None, round_: int = 0) -> list:
     mine = [g for g in dist.shard(list(range(len(tasks)))) for _ in range(cfg.group_size)]  # whole groups
     # in the update's precision (--mixed-precision): bf16 activations and KV cache
     with timed(tm, "rollout"), dist.full_weights(run.forward), run.accelerator.autocast():
-        return rollout(run.policy, run.pool, run.spec, [tasks[g] for g in mine], horizon,
-                       groups=[round_ * cfg.tasks_per_step + g for g in mine],
-                       batch_size=cfg.generation_batch_size, timings=tm)
+        return rollout(
+            run.policy,
+            run.pool,
+            run.spec,
+            [tasks[g] for g in mine],
+            horizon,
+            groups=[round_ * cfg.tasks_per_step + g for g in mine],
+            batch_size=cfg.generation_batch_size,
+            timings=tm,
+        )
 
 
 def refill(run: Run, trajs: list, step: int, horizon: int, tm=None) -> tuple[list, dict]:
@@ -572,8 +680,10 @@ def usable(trajs: list, step: int) -> list:
     ok = [t for t in trajs if not t.error]
     if len(ok) < len(trajs):
         first = next(t.error for t in trajs if t.error)
-        tqdm.write(f"warning: step {step}: {len(trajs) - len(ok)} of {len(trajs)} episodes ended in an "
-                   f"environment error and are left out of the update (first: {first[:200]})")
+        tqdm.write(
+            f"warning: step {step}: {len(trajs) - len(ok)} of {len(trajs)} episodes ended in an "
+            f"environment error and are left out of the update (first: {first[:200]})"
+        )
     return ok
 
 
@@ -584,8 +694,10 @@ def skip_failed_step(run: Run, step: int, horizon: int, trajs: list, n_errors: i
     skip = dist.global_max(int(not trajs))
     run.failed_steps = run.failed_steps + 1 if skip else 0
     if run.failed_steps >= MAX_FAILED_STEPS:
-        raise RuntimeError(f"every episode of the last {run.failed_steps} steps ended in an environment "
-                           f"error; is the environment server at {run.pool.url} working?")
+        raise RuntimeError(
+            f"every episode of the last {run.failed_steps} steps ended in an environment "
+            f"error; is the environment server at {run.pool.url} working?"
+        )
     if skip:
         run.history.append({"step": step, "horizon": horizon, "charts/env_errors": n_errors})
         if run.main:
@@ -593,15 +705,28 @@ def skip_failed_step(run: Run, step: int, horizon: int, trajs: list, n_errors: i
     return bool(skip)
 
 
-def step_metrics(run: Run, step: int, horizon: int, trajs: list, batch: Batch, stats: dict, gen_tokens: int,
-                 n_errors: int, t0: float, t_roll: float, t_update: float) -> dict:
+def step_metrics(
+    run: Run,
+    step: int,
+    horizon: int,
+    trajs: list,
+    batch: Batch,
+    stats: dict,
+    gen_tokens: int,
+    n_errors: int,
+    t0: float,
+    t_roll: float,
+    t_update: float,
+) -> dict:
     """The step's line of metrics.jsonl: its episodes (every process's), speed, memory and the
     update's stats."""
     # dist.gather: the same lists on every process, so the adaptive schedule decides the same everywhere
-    ep = dist.gather([(t.reward, t.success, t.turns, t.truncated, not t.done and t.turns >= horizon)
-                      for t in trajs])
+    ep = dist.gather(
+        [(t.reward, t.success, t.turns, t.truncated, not t.done and t.turns >= horizon) for t in trajs]
+    )
     return {
-        "step": step, "horizon": horizon,
+        "step": step,
+        "horizon": horizon,
         "charts/reward": float(np.mean([e[0] for e in ep])),
         "charts/success": float(np.mean([e[1] for e in ep])),
         "charts/turns": float(np.mean([e[2] for e in ep])),
@@ -611,7 +736,8 @@ def step_metrics(run: Run, step: int, horizon: int, trajs: list, batch: Batch, s
         "charts/tokens_per_s": gen_tokens / max(t_roll, 1e-9),
         "charts/seconds_per_step": time.time() - t0,
         "charts/env_errors": n_errors,  # episodes left out of this step's update
-        "perf/update_tokens_per_s": run.cfg.epochs * dist.global_sum(int(batch.attention_mask.sum()))
+        "perf/update_tokens_per_s": run.cfg.epochs
+        * dist.global_sum(int(batch.attention_mask.sum()))
         / (time.time() - t_update),
         "perf/peak_memory_gb": dist.global_max(peak_memory_gb(run.device)),  # the largest process's
         **stats,
@@ -671,10 +797,14 @@ def update(forward, batch, n_trajs: int, algo, cfg, state, accelerator, trained,
     parts) and DDP averages the gradients. Returns the mean of each minibatch's (global) stats, and
     `signals/nonfinite_skips`: the optimizer steps skipped because the loss or a gradient norm was
     NaN or infinite (the weights are left as they were; machinery/signals.py raises the alarm)."""
-    n_minibatches = max(1, math.ceil(dist.global_sum(n_trajs) / cfg.minibatch_size))  # the same on every process
+    n_minibatches = max(
+        1, math.ceil(dist.global_sum(n_trajs) / cfg.minibatch_size)
+    )  # the same on every process
     filler = batch.select(torch.arange(1)).trim()  # a weight-0 pass for a process with nothing in a minibatch
     stats: dict[str, list] = {}
-    first = None  # the first minibatch's |log ratio| (mean, max): 0 up to rounding, or pi_old is not the policy's
+    first = (
+        None  # the first minibatch's |log ratio| (mean, max): 0 up to rounding, or pi_old is not the policy's
+    )
     skipped = 0  # optimizer steps skipped for a non-finite loss or gradient
     for _ in range(cfg.epochs):
         for part in torch.randperm(n_trajs).tensor_split(n_minibatches):
@@ -685,7 +815,10 @@ def update(forward, batch, n_trajs: int, algo, cfg, state, accelerator, trained,
                 st = accumulate_gradients(forward, batch.select(rows), algo, cfg, state, accelerator, filler)
             with timed(tm, "optimizer"):
                 # the policy, then the algorithm's own model; the norms are global (the same on every process)
-                norms = [float(accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)) for model, _ in trained]
+                norms = [
+                    float(accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm))
+                    for model, _ in trained
+                ]
                 if all(map(math.isfinite, norms + [st["losses/loss"]])):
                     for _, opt in trained:
                         opt.step()
@@ -697,8 +830,12 @@ def update(forward, batch, n_trajs: int, algo, cfg, state, accelerator, trained,
                 stats.setdefault(k, []).append(v)
     for _, opt in trained:  # free the gradients before the next rollout
         opt.zero_grad(set_to_none=True)
-    return {**{k: float(np.mean(v)) for k, v in stats.items()}, "signals/nonfinite_skips": skipped,
-            "charts/on_policy_gap": first[0], "charts/on_policy_gap_max": first[1]}
+    return {
+        **{k: float(np.mean(v)) for k, v in stats.items()},
+        "signals/nonfinite_skips": skipped,
+        "charts/on_policy_gap": first[0],
+        "charts/on_policy_gap_max": first[1],
+    }
 
 
 def accumulate_gradients(forward, mb, algo, cfg, state, accelerator, filler=None) -> dict:
@@ -717,7 +854,9 @@ def accumulate_gradients(forward, mb, algo, cfg, state, accelerator, filler=None
     micro-batches repeats `filler` (default: its last micro-batch) at weight 0, and only the last
     pass averages the gradients (no_sync before). Returns the global minibatch's stats."""
     n = dist.global_sum(float(mb.loss_mask.sum()))
-    micros = [m for _, m in micro_batches(mb, cfg.micro_batch_size, cfg.micro_batch_tokens)] if len(mb) else []
+    micros = (
+        [m for _, m in micro_batches(mb, cfg.micro_batch_size, cfg.micro_batch_tokens)] if len(mb) else []
+    )
     passes = [(m, float(m.loss_mask.sum()) / n if n > 0 else 0.0) for m in micros]
     passes += [(filler or micros[-1], 0.0)] * (dist.global_max(len(passes)) - len(passes))
     models = [forward] + ([state.model] if state is not None else [])
@@ -736,11 +875,15 @@ def accumulate_gradients(forward, mb, algo, cfg, state, accelerator, filler=None
             stats[k] = stats.get(k, 0.0) + w * v
         agent = micro.loss_mask.to(logp.device) > 0
         gap = (logp.detach() - micro.old_logprobs.to(logp.device))[agent].abs()  # |log ratio| per agent token
-        stats["losses/abs_log_ratio"] = stats.get("losses/abs_log_ratio", 0.0) + w * float(gap.mean() if len(gap) else 0.0)
+        stats["losses/abs_log_ratio"] = stats.get("losses/abs_log_ratio", 0.0) + w * float(
+            gap.mean() if len(gap) else 0.0
+        )
         if w > 0 and len(gap):
             max_log_ratio = max(max_log_ratio, float(gap.max()))
     keys = sorted(stats)  # the same on every process
-    out = dict(zip(keys, dist.global_sum(torch.tensor([stats[k] for k in keys], dtype=torch.float64)).tolist()))
+    out = dict(
+        zip(keys, dist.global_sum(torch.tensor([stats[k] for k in keys], dtype=torch.float64)).tolist())
+    )
     return {**out, "max_log_ratio": dist.global_max(max_log_ratio)}
 
 
@@ -751,7 +894,7 @@ def reference_logprobs(model, batch, cfg) -> torch.Tensor:
     out = torch.zeros_like(batch.loss_mask)
     for rows, micro in micro_batches(batch, cfg.micro_batch_size, cfg.micro_batch_tokens):
         lp, _ = token_logprobs(model, micro, cfg.temperature)
-        out[rows, :lp.shape[1]] = lp.float().cpu()
+        out[rows, : lp.shape[1]] = lp.float().cpu()
     return out
 
 
@@ -762,7 +905,11 @@ def peak_memory_gb(device: str) -> float:
         torch.cuda.reset_peak_memory_stats()
         return peak
     try:
-        peak = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM")) * 1024 / 1e9
+        peak = (
+            next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM"))
+            * 1024
+            / 1e9
+        )
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")  # reset the peak RSS to the current one (Linux)
         return peak
@@ -790,8 +937,16 @@ def save_checkpoint(cfg, accelerator, policy, forward, optimizer, step, ref_path
         if state is not None:  # the algorithm's own model and optimizer (PPO's critic)
             save_state(state, tmp, accelerator.unwrap_model)
         # FSDP: each process holds its shard of AdamW's state; not saved (--resume starts it afresh)
-        torch.save({"step": step, "optimizer": None if fsdp else optimizer.state_dict(), "rng": rngs if len(rngs) > 1 else rngs[0],
-                    "ref_path": ref_path, "config": dataclasses.asdict(cfg)}, os.path.join(tmp, "state.pt"))
+        torch.save(
+            {
+                "step": step,
+                "optimizer": None if fsdp else optimizer.state_dict(),
+                "rng": rngs if len(rngs) > 1 else rngs[0],
+                "ref_path": ref_path,
+                "config": dataclasses.asdict(cfg),
+            },
+            os.path.join(tmp, "state.pt"),
+        )
         if os.path.isdir(final):
             shutil.rmtree(prev, ignore_errors=True)
             os.replace(final, prev)
@@ -803,13 +958,17 @@ def check_checkpoint(path: str) -> str | None:
     """--resume: empty, or a folder save_checkpoint wrote (or its .prev)."""
     if not path or any(os.path.exists(os.path.join(p, "state.pt")) for p in (path, path + ".prev")):
         return None
-    return (f"no checkpoint there (looked for {os.path.join(os.path.abspath(path), 'state.pt')}); "
-            "allowed: a folder train.py saved, e.g. runs/default/checkpoint")
+    return (
+        f"no checkpoint there (looked for {os.path.join(os.path.abspath(path), 'state.pt')}); "
+        "allowed: a folder train.py saved, e.g. runs/default/checkpoint"
+    )
 
 
 def checkpoint_folder(path: str) -> str:
     """`path`, or its `.prev` when a kill between save_checkpoint's two renames left no `path`."""
-    if not os.path.exists(os.path.join(path, "state.pt")) and os.path.exists(os.path.join(path + ".prev", "state.pt")):
+    if not os.path.exists(os.path.join(path, "state.pt")) and os.path.exists(
+        os.path.join(path + ".prev", "state.pt")
+    ):
         tqdm.write(f"warning: {path} is missing or incomplete; resuming from {path}.prev")
         return path + ".prev"
     return path
@@ -820,6 +979,7 @@ def plot_curves(metrics_path: str, png: str):
     their alarms (machinery/signals.py) per step, for people who would rather see than read."""
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
@@ -836,10 +996,13 @@ def plot_curves(metrics_path: str, png: str):
     for cat in sorted({k for r in rows for k in r if k.startswith("success/")})[:8]:  # per task category
         pts = [(r["step"], r[cat]) for r in rows if cat in r]
         ax[0].plot(*zip(*pts), label=cat, linewidth=0.8, linestyle=":")
-    ax[0].set_xlabel("step"); ax[0].legend(); ax[0].set_ylim(0, 1)
+    ax[0].set_xlabel("step")
+    ax[0].legend()
+    ax[0].set_ylim(0, 1)
     ax[1].plot(steps, [r["charts/turns"] for r in rows], label="turns per episode")
     ax[1].plot(steps, [r["horizon"] for r in rows], label="horizon (max turns)", linestyle="--")
-    ax[1].set_xlabel("step"); ax[1].legend()
+    ax[1].set_xlabel("step")
+    ax[1].legend()
     signals.plot(ax[2], rows)  # machinery/signals.py: no-signal groups, echo, invalid, cut; the alarms
     if probed:  # benchmarks/binding_probe.py: mass on the mission's object vs the others, held-out GoToLocal
         ps = [r["step"] for r in probed]
@@ -847,7 +1010,9 @@ def plot_curves(metrics_path: str, png: str):
         ax[3].plot(ps, [r["probe/p_other"] for r in probed], marker="o", label="p(other objects)")
         ax[3].plot(ps, [r["probe/share"] for r in probed], marker="o", label="share on mission's object")
         ax[3].plot(ps, [r["probe/chance"] for r in probed], linestyle="--", label="share by chance")
-        ax[3].set_xlabel("step"); ax[3].set_ylim(0, 1); ax[3].legend(fontsize=7)
+        ax[3].set_xlabel("step")
+        ax[3].set_ylim(0, 1)
+        ax[3].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(png, dpi=100)
     plt.close(fig)

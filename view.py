@@ -64,8 +64,10 @@ def read_jsonl(path: str) -> tuple[list[dict], list[str]]:
             row = json.loads(line)
         except json.JSONDecodeError as e:
             cut = " It is the last line: the run may have stopped while writing it." if n == last else ""
-            problems.append(f"{path}, line {n}: not valid JSON ({e.msg} at column {e.colno}); the line "
-                            f"starts {line[:60].strip()!r}.{cut} Skipped; the other lines are shown.")
+            problems.append(
+                f"{path}, line {n}: not valid JSON ({e.msg} at column {e.colno}); the line "
+                f"starts {line[:60].strip()!r}.{cut} Skipped; the other lines are shown."
+            )
             continue
         if not isinstance(row, dict):
             problems.append(f"{path}, line {n}: a JSON {type(row).__name__}, not an object. Skipped.")
@@ -121,21 +123,38 @@ def turns_of(rec: dict) -> tuple[str, list[dict]]:
         elif REFUSALS.search(after):
             status = "refused"
         frame = frames[k] if k < len(frames) and isinstance(frames[k], str) else ""
-        out.append({
-            "observation": obs[k] if k < len(obs) else "", "reply": reply, "action": action,
-            "reward": _num(rewards[k]) if k < len(rewards) else None,
-            "done": done and k == n - 1, "after": after, "status": status,
-            "frame": frame if DATA_URL.fullmatch(frame) else "",
-            # the advantage the run's algorithm gave this turn (and PPO's value), when saved
-            "credit": _at(credit.get("credit"), k), "value": _at(credit.get("value_sum"), k),
-            "tokens": _at(credit.get("tokens"), k),
-        })
+        out.append(
+            {
+                "observation": obs[k] if k < len(obs) else "",
+                "reply": reply,
+                "action": action,
+                "reward": _num(rewards[k]) if k < len(rewards) else None,
+                "done": done and k == n - 1,
+                "after": after,
+                "status": status,
+                "frame": frame if DATA_URL.fullmatch(frame) else "",
+                # the advantage the run's algorithm gave this turn (and PPO's value), when saved
+                "credit": _at(credit.get("credit"), k),
+                "value": _at(credit.get("value_sum"), k),
+                "tokens": _at(credit.get("tokens"), k),
+            }
+        )
     if out:  # the picture after the last action (BabyAI's final grid)
         last = frames[n] if n < len(frames) and isinstance(frames[n], str) else ""
         out[-1]["frame_after"] = last if DATA_URL.fullmatch(last) else ""
     elif obs:
-        out.append({"observation": obs[0], "reply": "", "action": "", "reward": None, "done": done,
-                    "after": "", "status": "no reply", "frame": ""})
+        out.append(
+            {
+                "observation": obs[0],
+                "reply": "",
+                "action": "",
+                "reward": None,
+                "done": done,
+                "after": "",
+                "status": "no reply",
+                "frame": "",
+            }
+        )
     return system, out
 
 
@@ -149,13 +168,22 @@ def episode(rec: dict, set_name: str) -> dict:
     error = _text(rec.get("error"))
     done = bool(rec.get("done"))
     return {
-        "set": set_name, "task": rec.get("task", rec.get("data_idx", "")),
-        "category": _text(rec.get("category")), "success": bool(rec.get("success")),
-        "reward": _num(rec.get("reward")), "score": _num(rec.get("score")),
+        "set": set_name,
+        "task": rec.get("task", rec.get("data_idx", "")),
+        "category": _text(rec.get("category")),
+        "success": bool(rec.get("success")),
+        "reward": _num(rec.get("reward")),
+        "score": _num(rec.get("score")),
         "turns": int(_num(rec.get("turns"), len([t for t in turns if t["reply"] or t["action"]]))),
-        "done": done, "truncated": not done and not error, "error": error,
-        "step": rec.get("step"), "system": system, "steps": turns,
-        "credit_algo": _text((rec.get("credit") or {}).get("algo")) if isinstance(rec.get("credit"), dict) else "",
+        "done": done,
+        "truncated": not done and not error,
+        "error": error,
+        "step": rec.get("step"),
+        "system": system,
+        "steps": turns,
+        "credit_algo": _text((rec.get("credit") or {}).get("algo"))
+        if isinstance(rec.get("credit"), dict)
+        else "",
     }
 
 
@@ -167,7 +195,9 @@ def load(path: str, credit: dict | None = None) -> dict:
     out = {"name": path.rstrip("/"), "sets": [], "summaries": {}, "metrics": [], "problems": [], "alarms": []}
     problems = out["problems"]
     summary_file = os.path.join(path, "summary.json")
-    summary = read_json(summary_file, problems) if os.path.isdir(path) and os.path.exists(summary_file) else {}
+    summary = (
+        read_json(summary_file, problems) if os.path.isdir(path) and os.path.exists(summary_file) else {}
+    )
 
     def add_set(name: str, file: str, step=None):
         rows, bad = read_jsonl(file)
@@ -227,8 +257,13 @@ def alarms_of(metrics: list[dict]) -> list[dict]:
     for name in signals.ALARMS:
         at = [i for i, r in enumerate(rows) if r.get(f"alarm/{name}")]
         if at:
-            out.append({"name": name, "steps": [rows[i]["step"] for i in at],
-                        "message": signals.describe(name, rows[:at[0] + 1])})
+            out.append(
+                {
+                    "name": name,
+                    "steps": [rows[i]["step"] for i in at],
+                    "message": signals.describe(name, rows[: at[0] + 1]),
+                }
+            )
     return out
 
 
@@ -276,8 +311,13 @@ def embed_json(data) -> str:
     """JSON that is safe inside <script>: no `</script>`, `<!--` or HTML can end or open a tag,
     because `<`, `>` and `&` are written as JSON escapes (U+2028/9 too, for old parsers)."""
     text = json.dumps(finite(data), ensure_ascii=False, allow_nan=False)
-    for ch, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
-                    ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+    for ch, esc in (
+        ("<", "\\u003c"),
+        (">", "\\u003e"),
+        ("&", "\\u0026"),
+        ("\u2028", "\\u2028"),
+        ("\u2029", "\\u2029"),
+    ):
         text = text.replace(ch, esc)
     return text
 
@@ -288,8 +328,11 @@ def report(paths: list[str], credit: dict | None = None) -> dict:
         "title": " vs ".join(r["name"] for r in runs),
         "sets": [s for r in runs for s in r["sets"]],
         "summaries": {k: v for r in runs for k, v in r["summaries"].items()},
-        "training": [{"name": r["name"], "metrics": r["metrics"], "config": r.get("config", {})}
-                     for r in runs if r["metrics"]],
+        "training": [
+            {"name": r["name"], "metrics": r["metrics"], "config": r.get("config", {})}
+            for r in runs
+            if r["metrics"]
+        ],
         "problems": [p for r in runs for p in r["problems"]],
         "alarms": [dict(a, run=r["name"]) for r in runs for a in r["alarms"]],
         "credit": list(credit or {}),
@@ -297,8 +340,11 @@ def report(paths: list[str], credit: dict | None = None) -> dict:
 
 
 def write_html(data: dict, out: str) -> None:
-    page = (TEMPLATE.replace("/*STYLE*/", STYLE).replace("/*SCRIPT*/", SCRIPT)
-            .replace("/*DATA*/", embed_json(data)))
+    page = (
+        TEMPLATE.replace("/*STYLE*/", STYLE)
+        .replace("/*SCRIPT*/", SCRIPT)
+        .replace("/*DATA*/", embed_json(data))
+    )
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w", encoding="utf-8") as f:
         f.write(page)
@@ -315,16 +361,26 @@ def main(argv=None) -> str:
 
     p = Parser(description="Write an HTML report of saved episodes and training curves.")
     p.add_argument("inputs", nargs="+", help="eval output folders, training run folders or JSONL files")
-    p.add_argument("--out", default="", help="the HTML file (default: report.html in the first input's folder)")
-    p.add_argument("--credit", default="", help="algorithms whose per-turn credit to compute on the saved rollout "
-                   "steps, side by side, e.g. grpo,gigpo,ppo (machinery/signals.py; default: only the run's own)")
+    p.add_argument(
+        "--out", default="", help="the HTML file (default: report.html in the first input's folder)"
+    )
+    p.add_argument(
+        "--credit",
+        default="",
+        help="algorithms whose per-turn credit to compute on the saved rollout "
+        "steps, side by side, e.g. grpo,gigpo,ppo (machinery/signals.py; default: only the run's own)",
+    )
     args = p.parse_args(argv)
     for path in args.inputs:
         if not os.path.exists(path):
-            p.error(f"{path}: no such file or folder (looked for {os.path.abspath(path)}); allowed: "
-                    "an eval.py or train.py output folder, or a .jsonl file of trajectories")
+            p.error(
+                f"{path}: no such file or folder (looked for {os.path.abspath(path)}); allowed: "
+                "an eval.py or train.py output folder, or a .jsonl file of trajectories"
+            )
     first = args.inputs[0]
-    out = args.out or os.path.join(first if os.path.isdir(first) else os.path.dirname(first) or ".", "report.html")
+    out = args.out or os.path.join(
+        first if os.path.isdir(first) else os.path.dirname(first) or ".", "report.html"
+    )
     try:
         credit = credit_algos(args.credit) if args.credit else None
     except ValueError as e:
@@ -332,8 +388,10 @@ def main(argv=None) -> str:
     data = report(args.inputs, credit)
     write_html(data, out)
     n = sum(len(s["episodes"]) for s in data["sets"])
-    print(f"wrote {out}: {n} episodes in {len(data['sets'])} sets, "
-          f"{sum(len(t['metrics']) for t in data['training'])} training steps")
+    print(
+        f"wrote {out}: {n} episodes in {len(data['sets'])} sets, "
+        f"{sum(len(t['metrics']) for t in data['training'])} training steps"
+    )
     for msg in data["problems"]:
         print("warning:", msg)
     for a in data["alarms"]:

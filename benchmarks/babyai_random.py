@@ -24,7 +24,7 @@ def main():
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--limit", type=int, default=200, help="first N tasks (train.py evaluates the first 200)")
     args = p.parse_args()
-    env, tasks = BabyAIText(), ENVS["babyai"].splits[args.split][:args.limit]
+    env, tasks = BabyAIText(), ENVS["babyai"].splits[args.split][: args.limit]
     rates, by_level = [], defaultdict(list)
     for rep in range(args.repeats):
         rng, wins = random.Random(rep), 0
@@ -38,8 +38,10 @@ def main():
             wins += won
             by_level[env.reset(t)["category"]].append(won)
         rates.append(wins / len(tasks))
-    print(f"random valid actions, {args.split} ({len(tasks)} tasks), {args.max_turns} turns: "
-          f"success {statistics.mean(rates):.3f} +- {statistics.stdev(rates) if len(rates) > 1 else 0:.3f}")
+    print(
+        f"random valid actions, {args.split} ({len(tasks)} tasks), {args.max_turns} turns: "
+        f"success {statistics.mean(rates):.3f} +- {statistics.stdev(rates) if len(rates) > 1 else 0:.3f}"
+    )
     for level, w in sorted(by_level.items()):
         print(f"  {level}: {sum(w) / len(w):.3f}")
 

@@ -74,8 +74,14 @@ def action_rows(policy: Policy, observation: str, actions: list[str]) -> list[Ro
         for p, t in enumerate(ids):
             allowed[len(ctx) + p] = [k for k in node if k is not None]
             node = node[t]
-        rows.append(Row(ids=ctx + ids, mask=[0] * len(ctx) + [1] * len(ids),
-                        logprobs=[0.0] * (len(ctx) + len(ids)), allowed=allowed))
+        rows.append(
+            Row(
+                ids=ctx + ids,
+                mask=[0] * len(ctx) + [1] * len(ids),
+                logprobs=[0.0] * (len(ctx) + len(ids)),
+                allowed=allowed,
+            )
+        )
     return rows
 
 
@@ -84,7 +90,7 @@ def action_probs(policy: Policy, rows: list[Row], chunk: int = 64) -> list[float
     """Probability of each row's action: exp of the summed masked log-probs of its tokens."""
     out = []
     for s in range(0, len(rows), chunk):
-        trajs = [Trajectory(task=0, group=0, rows=[r]) for r in rows[s:s + chunk]]
+        trajs = [Trajectory(task=0, group=0, rows=[r]) for r in rows[s : s + chunk]]
         batch = make_batch(trajs, policy.tokenizer.pad_token_id)
         logp, _ = token_logprobs(policy.model, batch, policy.temperature)  # (B, T)
         out += (logp * batch.loss_mask).sum(-1).exp().tolist()  # (B,)
@@ -115,7 +121,7 @@ def binding(policy: Policy, states: list[tuple[str, list[str]]]) -> Binding:
     probs = action_probs(policy, rows)
     pm, po, share, chance, i = [], [], [], [], 0
     for kinds in kept:
-        p, i = probs[i:i + len(kinds)], i + len(kinds)
+        p, i = probs[i : i + len(kinds)], i + len(kinds)
         m = sum(q for q, k in zip(p, kinds) if k is True)
         o = sum(q for q, k in zip(p, kinds) if k is False)
         pm.append(m)
@@ -131,7 +137,7 @@ def collect_states(pool, tasks: list[int]) -> list[tuple[str, list[str]]]:
     """The first observation and available actions of each task, through an envs.EnvPool."""
     out = []
     for s in range(0, len(tasks), len(pool)):
-        chunk = tasks[s:s + len(pool)]
+        chunk = tasks[s : s + len(pool)]
         for r in pool.reset(list(range(len(chunk))), chunk):
             if not r.get("error"):
                 out.append((r["observation"], list(r.get("available_actions") or [])))

@@ -37,18 +37,31 @@ def main():
     results: dict[str, list[dict]] = {}
     for algo in algos:
         for seed in seeds:
-            summary = train(Config(env=args.env, algo=algo, seed=seed, steps=args.steps,
-                                   steps_per_stage=args.steps_per_stage,
-                                   out=os.path.join(args.out, f"{algo}-{seed}")))
+            summary = train(
+                Config(
+                    env=args.env,
+                    algo=algo,
+                    seed=seed,
+                    steps=args.steps,
+                    steps_per_stage=args.steps_per_stage,
+                    out=os.path.join(args.out, f"{algo}-{seed}"),
+                )
+            )
             results.setdefault(algo, []).append(summary)
 
-    lines = [f"{args.env}, {args.steps} steps ({args.steps_per_stage} per horizon stage), seeds {args.seeds}; "
-             "held-out test success rate",
-             "", "| algorithm | eval_before | eval_after |", "|---|---|---|"]
+    lines = [
+        f"{args.env}, {args.steps} steps ({args.steps_per_stage} per horizon stage), seeds {args.seeds}; "
+        "held-out test success rate",
+        "",
+        "| algorithm | eval_before | eval_after |",
+        "|---|---|---|",
+    ]
     for algo, runs in results.items():
         before = [r["eval_before"]["success_rate"] for r in runs if "eval_before" in r]
         after = [r["eval_after"]["success_rate"] for r in runs if "eval_after" in r]
-        lines.append(f"| {algo} | {mean_std(before) if before else '-'} | {mean_std(after) if after else '-'} |")
+        lines.append(
+            f"| {algo} | {mean_std(before) if before else '-'} | {mean_std(after) if after else '-'} |"
+        )
     table = "\n".join(lines) + "\n"
     print(table)
     os.makedirs(args.out, exist_ok=True)

@@ -93,14 +93,19 @@ def main(cfg: DecodeConfig):
     for _ in range(cfg.repeats):
         for w in ways:
             times[w].append(run(policy, cfg, w))
-    print(f"\n{cfg.model}, LoRA {cfg.lora_rank}, {cfg.rows} rows, {cfg.cached} cached columns, "
-          f"threads {torch.get_num_threads()}, load {os.getloadavg()[0]:.2f}")
+    print(
+        f"\n{cfg.model}, LoRA {cfg.lora_rank}, {cfg.rows} rows, {cfg.cached} cached columns, "
+        f"threads {torch.get_num_threads()}, load {os.getloadavg()[0]:.2f}"
+    )
     for w in ways:
         s = statistics.median(times[w])
-        print(f"  {w:8s} {1000 * s:7.1f} ms/step  ({' '.join(f'{1000 * t:.1f}' for t in times[w])})"
-              f"  {flop / s / 1e9:5.1f} GFLOP/s  {cfg.rows / s:6.1f} tokens/s")
+        print(
+            f"  {w:8s} {1000 * s:7.1f} ms/step  ({' '.join(f'{1000 * t:.1f}' for t in times[w])})"
+            f"  {flop / s / 1e9:5.1f} GFLOP/s  {cfg.rows / s:6.1f} tokens/s"
+        )
     if cfg.profile:
         from torch.profiler import ProfilerActivity, profile
+
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             run(policy, cfg, ways[-1])
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))

@@ -59,11 +59,17 @@ def main():
     p.add_argument("--turns", type=int, default=20)
     p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args()
-    tasks = ENVS["babyai"].splits["test"][:args.instances]
+    tasks = ENVS["babyai"].splits["test"][: args.instances]
     envs = [BabyAIText() for _ in tasks]
     with EnvServer("servers.babyai") as server:
-        pools = {"HTTP, one /step_batch per turn": EnvPool(url=server.url, size=len(tasks), spec=ENVS["babyai"], batched=True),
-                 "HTTP, one request per instance": EnvPool(url=server.url, size=len(tasks), spec=ENVS["babyai"], batched=False)}
+        pools = {
+            "HTTP, one /step_batch per turn": EnvPool(
+                url=server.url, size=len(tasks), spec=ENVS["babyai"], batched=True
+            ),
+            "HTTP, one request per instance": EnvPool(
+                url=server.url, size=len(tasks), spec=ENVS["babyai"], batched=False
+            ),
+        }
         ways = {"in-process": lambda: in_process(envs, tasks, args.turns)}
         ways.update({name: (lambda p=pool: over_http(p, tasks, args.turns)) for name, pool in pools.items()})
         for way in ways.values():  # warm up: instances created, first levels generated
@@ -75,12 +81,16 @@ def main():
         for pool in pools.values():
             pool.close()
     base = statistics.median(ms["in-process"])
-    print(f"\n{args.instances} BabyAI instances, {args.turns} turns x {args.rounds} interleaved rounds: "
-          "ms per turn of the whole batch (median over rounds)")
+    print(
+        f"\n{args.instances} BabyAI instances, {args.turns} turns x {args.rounds} interleaved rounds: "
+        "ms per turn of the whole batch (median over rounds)"
+    )
     for name, v in ms.items():
         med = statistics.median(v)
-        print(f"  {name:32s} {med:8.2f} ms   {med / base:5.2f}x in-process   "
-              f"(rounds: {' '.join(f'{x:.1f}' for x in v)})")
+        print(
+            f"  {name:32s} {med:8.2f} ms   {med / base:5.2f}x in-process   "
+            f"(rounds: {' '.join(f'{x:.1f}' for x in v)})"
+        )
 
 
 if __name__ == "__main__":

@@ -35,16 +35,26 @@ def main():
     pool = open_pool("babyai", size=args.tasks * args.group_size)
     try:
         tasks = random.sample(spec.splits["train"], args.tasks)
-        trajs = rollout(policy, pool, spec, [t for t in tasks for _ in range(args.group_size)], args.horizon,
-                        groups=[g for g in range(args.tasks) for _ in range(args.group_size)])
+        trajs = rollout(
+            policy,
+            pool,
+            spec,
+            [t for t in tasks for _ in range(args.group_size)],
+            args.horizon,
+            groups=[g for g in range(args.tasks) for _ in range(args.group_size)],
+        )
     finally:
         close_pool(pool)
     for norm in ("exact", "babyai"):
-        keys = gigpo.step_group_ids([t.group for t in trajs], [t.observations[:t.turns] for t in trajs], norm)
+        keys = gigpo.step_group_ids(
+            [t.group for t in trajs], [t.observations[: t.turns] for t in trajs], norm
+        )
         size = collections.Counter(k for ks in keys for k in ks)
         later = [k for ks in keys for k in ks[1:]]  # turns after the (always shared) first one
-        print(f"{norm:>6}: {sum(size.values())} turns in {len(size)} step groups; turns after the first in a "
-              f"shared state: {sum(size[k] > 1 for k in later)} of {len(later)}")
+        print(
+            f"{norm:>6}: {sum(size.values())} turns in {len(size)} step groups; turns after the first in a "
+            f"shared state: {sum(size[k] > 1 for k in later)} of {len(later)}"
+        )
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ table (<out>/table.md) and the figures (<out>/probe.png, <out>/probe_curves.png)
 the runs' summary.json and metrics.jsonl; `--report-only` redoes just that.
 
     python benchmarks/gigpo_compare.py                                   # grpo vs gigpo, seeds 0,1,2
-    python benchmarks/gigpo_compare.py --variants "grpo;gigpo;gigpo-g16=gigpo --group-size 16 --tasks-per-step 4"
+    python benchmarks/gigpo_compare.py --variants "grpo;gigpo;gigpo-g16=gigpo --group-size 16
+    --tasks-per-step 4"
     python benchmarks/gigpo_compare.py --split mission --out runs/gigpo_mission   # GoToLocal + PickupDist
 
 A variant is `name=algo flags...`, or just an algorithm name. Standard errors are over seeds
@@ -44,8 +45,12 @@ def mean_se(xs: list[float]) -> str:
 
 
 def run_all(args, variants, seeds):
-    todo = [(name, flags, s) for name, flags in variants for s in seeds
-            if not os.path.exists(os.path.join(args.out, f"{name}-{s}", "summary.json"))]
+    todo = [
+        (name, flags, s)
+        for name, flags in variants
+        for s in seeds
+        if not os.path.exists(os.path.join(args.out, f"{name}-{s}", "summary.json"))
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     running: list[tuple[subprocess.Popen, str, float]] = []
     while todo or running:
@@ -53,13 +58,36 @@ def run_all(args, variants, seeds):
             name, flags, s = todo.pop(0)
             out = os.path.join(args.out, f"{name}-{s}")
             os.makedirs(out, exist_ok=True)
-            split = [] if args.split == "demo" else ["--train-split", f"{args.split}-train", "--test-split", f"{args.split}-test"]
-            cmd = [sys.executable, os.path.join(ROOT, "train.py"), "--seed", str(s), "--out", out,
-                   "--probe-every", str(args.probe_every), "--eval-episodes", str(args.eval_episodes),
-                   "--steps", str(args.steps), *split, *flags]
+            split = (
+                []
+                if args.split == "demo"
+                else ["--train-split", f"{args.split}-train", "--test-split", f"{args.split}-test"]
+            )
+            cmd = [
+                sys.executable,
+                os.path.join(ROOT, "train.py"),
+                "--seed",
+                str(s),
+                "--out",
+                out,
+                "--probe-every",
+                str(args.probe_every),
+                "--eval-episodes",
+                str(args.eval_episodes),
+                "--steps",
+                str(args.steps),
+                *split,
+                *flags,
+            ]
             print("start:", " ".join(cmd), flush=True)
             log = open(os.path.join(out, "train.log"), "w")
-            running.append((subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), out, time.time()))
+            running.append(
+                (
+                    subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT),
+                    out,
+                    time.time(),
+                )
+            )
         time.sleep(5)
         for p, out, t0 in list(running):
             if p.poll() is not None:
@@ -84,11 +112,15 @@ def report(args, variants, seeds):
     first = next(iter(runs.values()))[0]
     levels = sorted(first["eval_after"].get("success_by_category", {}))
     short = lambda lv: lv.replace("BabyAI-", "").replace("-v0", "").replace("-v1", "")
-    lines = [f"{args.split} levels, {args.steps} steps, seeds {','.join(map(str, seeds))}; held-out success "
-             f"({first['eval_after']['n_episodes']} test episodes per run), mean ± standard error over seeds",
-             "", "| variant | runs | " + " | ".join(f"{short(lv)} before → after" for lv in levels)
-             + " | all, after | probe share before → after (chance) | minutes per run |",
-             "|---|---|" + "---|" * len(levels) + "---|---|---|"]
+    lines = [
+        f"{args.split} levels, {args.steps} steps, seeds {','.join(map(str, seeds))}; held-out success "
+        f"({first['eval_after']['n_episodes']} test episodes per run), mean ± standard error over seeds",
+        "",
+        "| variant | runs | "
+        + " | ".join(f"{short(lv)} before → after" for lv in levels)
+        + " | all, after | probe share before → after (chance) | minutes per run |",
+        "|---|---|" + "---|" * len(levels) + "---|---|---|",
+    ]
     for name, rs in runs.items():
         cells = []
         for lv in levels:
@@ -101,8 +133,10 @@ def report(args, variants, seeds):
         ch = [r["probe_after"]["chance"] for r in rs if "probe_after" in r]
         minutes = [r.get("wall_s", float("nan")) / 60 for r in rs]
         probe = f"{mean_se(pb)} → {mean_se(pa)} ({statistics.mean(ch):.2f})" if pa else "-"
-        lines.append(f"| {name} | {len(rs)} | " + " | ".join(cells) + f" | {overall} | {probe} | "
-                     f"{statistics.mean(minutes):.1f} |")
+        lines.append(
+            f"| {name} | {len(rs)} | " + " | ".join(cells) + f" | {overall} | {probe} | "
+            f"{statistics.mean(minutes):.1f} |"
+        )
     table = "\n".join(lines) + "\n"
     print(table)
     with open(os.path.join(args.out, "table.md"), "w") as f:
@@ -112,6 +146,7 @@ def report(args, variants, seeds):
 
 def plot(args, runs, seeds):
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -120,9 +155,18 @@ def plot(args, runs, seeds):
     w = 0.8 / 4
     for k, (key, label) in enumerate([("p_mission", "p(mission's object)"), ("p_other", "p(other objects)")]):
         for j, when in enumerate(["before", "after"]):
-            vals = [statistics.mean([r[f"probe_{when}"][key] for r in runs[n] if f"probe_{when}" in r] or [0]) for n in names]
-            ax[0].bar([i + (2 * k + j) * w for i in range(len(names))], vals, w,
-                      label=f"{label}, {when}", alpha=0.5 if when == "before" else 1.0, color=f"C{k}")
+            vals = [
+                statistics.mean([r[f"probe_{when}"][key] for r in runs[n] if f"probe_{when}" in r] or [0])
+                for n in names
+            ]
+            ax[0].bar(
+                [i + (2 * k + j) * w for i in range(len(names))],
+                vals,
+                w,
+                label=f"{label}, {when}",
+                alpha=0.5 if when == "before" else 1.0,
+                color=f"C{k}",
+            )
     ax[0].set_xticks([i + 1.5 * w for i in range(len(names))], names)
     ax[0].set_ylabel("probability (mean over held-out states)")
     ax[0].set_title("held-out GoToLocal: mass on object actions")
@@ -143,7 +187,9 @@ def plot(args, runs, seeds):
         ax[1].plot(steps, vals, marker="o", color=f"C{i}", label=n)
     ch = [r["probe_after"]["chance"] for rs in runs.values() for r in rs if "probe_after" in r]
     if ch:
-        ax[1].axhline(statistics.mean(ch), linestyle="--", color="grey", label="chance (blind to the mission)")
+        ax[1].axhline(
+            statistics.mean(ch), linestyle="--", color="grey", label="chance (blind to the mission)"
+        )
     ax[1].set_xlabel("training step")
     ax[1].set_ylabel("p(mission's object) / p(any object)")
     ax[1].set_title("binding: share on the mission's object")
@@ -157,9 +203,13 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--variants", default="grpo;gigpo", help="';'-separated: name=algo flags..., or an algo")
     p.add_argument("--seeds", default="0,1,2")
-    p.add_argument("--split", default="demo", help="demo (train/test) or mission (mission-train/mission-test)")
+    p.add_argument(
+        "--split", default="demo", help="demo (train/test) or mission (mission-train/mission-test)"
+    )
     p.add_argument("--steps", type=int, default=50)
-    p.add_argument("--eval-episodes", type=int, default=600, help="test tasks per evaluation (600: 200 per demo level)")
+    p.add_argument(
+        "--eval-episodes", type=int, default=600, help="test tasks per evaluation (600: 200 per demo level)"
+    )
     p.add_argument("--probe-every", type=int, default=10)
     p.add_argument("--jobs", type=int, default=2, help="runs at a time")
     p.add_argument("--out", default="runs/gigpo_compare")

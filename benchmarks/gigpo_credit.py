@@ -56,21 +56,40 @@ def main():
     try:
         for _ in range(args.batches):
             tasks = random.sample(train_tasks, 8)
-            trajs_by_batch.append(rollout(policy, pool, spec, [t for t in tasks for _ in range(8)], 5,
-                                          groups=[g for g in range(8) for _ in range(8)]))
+            trajs_by_batch.append(
+                rollout(
+                    policy,
+                    pool,
+                    spec,
+                    [t for t in tasks for _ in range(8)],
+                    5,
+                    groups=[g for g in range(8) for _ in range(8)],
+                )
+            )
     finally:
         close_pool(pool)
     episodes = [t for b in trajs_by_batch for t in b]
-    print(f"{len(episodes)} GoToLocal episodes, success {statistics.mean(t.success for t in episodes):.3f}, "
-          f"{sum(t.turns for t in episodes)} turns")
-    print("| method | A, mission's object | A, other object | separation, all turns | separation, turns after the first |")
+    print(
+        f"{len(episodes)} GoToLocal episodes, success {statistics.mean(t.success for t in episodes):.3f}, "
+        f"{sum(t.turns for t in episodes)} turns"
+    )
+    print(
+        "| method | A, mission's object | A, other object | separation, all turns | separation, turns "
+        "after the first |"
+    )
     print("|---|---|---|---|---|")
     for name, (omega, gamma, norm) in METHODS.items():
         on, off, on_late, off_late = [], [], [], []
         for trajs in trajs_by_batch:
-            anchors = [t.observations[:t.turns] for t in trajs]
-            adv = gigpo.gigpo_advantages([t.reward for t in trajs], [t.group for t in trajs], anchors,
-                                         omega=omega, gamma=gamma, normaliser=norm)
+            anchors = [t.observations[: t.turns] for t in trajs]
+            adv = gigpo.gigpo_advantages(
+                [t.reward for t in trajs],
+                [t.group for t in trajs],
+                anchors,
+                omega=omega,
+                gamma=gamma,
+                normaliser=norm,
+            )
             for tr, turns, a in zip(trajs, anchors, adv):
                 for k, (obs, act) in enumerate(zip(turns, tr.actions)):
                     target = mission_object(obs)
@@ -80,8 +99,11 @@ def main():
                     (on if kind else off).append(a[k])
                     if k > 0:
                         (on_late if kind else off_late).append(a[k])
-        print(f"| {name} | {statistics.mean(on):+.3f} (n={len(on)}) | {statistics.mean(off):+.3f} (n={len(off)}) | "
-              f"{separation(on, off):.3f} | {separation(on_late, off_late):.3f} |")
+        print(
+            f"| {name} | {statistics.mean(on):+.3f} (n={len(on)}) | {statistics.mean(off):+.3f} "
+            f"(n={len(off)}) | "
+            f"{separation(on, off):.3f} | {separation(on_late, off_late):.3f} |"
+        )
 
 
 if __name__ == "__main__":

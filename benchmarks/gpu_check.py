@@ -44,23 +44,33 @@ TEMPERATURE = 0.7
 
 def models(device: str):
     """(name, policy, memory_plan.Shape) for SmolLM2 and a Qwen2 shape from a config."""
+    from memory_plan import KNOWN, Shape
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from agent import load_policy
     from machinery.gguf_model import resolve_model
-    from memory_plan import KNOWN, Shape
 
     smol = load_policy(resolve_model("smollm2"), device)
     tok = smol.tokenizer
     torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=256, intermediate_size=1024, num_hidden_layers=4,
-                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
-                      max_position_embeddings=32768, eos_token_id=tok.eos_token_id,
-                      pad_token_id=tok.pad_token_id)
+    cfg = Qwen2Config(
+        vocab_size=len(tok),
+        hidden_size=256,
+        intermediate_size=1024,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+        max_position_embeddings=32768,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
     qwen = load_policy(resolve_model("smollm2"), "cpu")
     qwen.model = Qwen2ForCausalLM(cfg).to(device).eval()
-    out = [("smollm2", smol, KNOWN["HuggingFaceTB/SmolLM2-135M-Instruct"]),
-           ("qwen2-shaped", qwen, Shape(len(tok), 256, 1024, 4, 4, 2, tied=True))]
+    out = [
+        ("smollm2", smol, KNOWN["HuggingFaceTB/SmolLM2-135M-Instruct"]),
+        ("qwen2-shaped", qwen, Shape(len(tok), 256, 1024, 4, 4, 2, tied=True)),
+    ]
     from machinery.logprobs import fp32_head
 
     for _, p, _ in out:
@@ -88,9 +98,14 @@ def two_turns(policy, n: int, new_tokens: int):
     news = [chat_ids(tok, [{"role": "user", "content": "go on " * (1 + 3 * (i % 4))}])[1:] for i in range(n)]
     streams = [c + a + x for c, a, x in zip(contexts, ids1, news)]
     ids2, lp2, _, _, state = generate(policy, streams, past=state.select(list(range(n))).compact())
-    rows = [Row(ids=s + b, mask=[0] * len(c) + [1] * len(a) + [0] * len(x) + [1] * len(b),
-                logprobs=[0.0] * len(c) + la + [0.0] * len(x) + lb)
-            for s, c, a, la, x, b, lb in zip(streams, contexts, ids1, lp1, news, ids2, lp2)]
+    rows = [
+        Row(
+            ids=s + b,
+            mask=[0] * len(c) + [1] * len(a) + [0] * len(x) + [1] * len(b),
+            logprobs=[0.0] * len(c) + la + [0.0] * len(x) + lb,
+        )
+        for s, c, a, la, x, b, lb in zip(streams, contexts, ids1, lp1, news, ids2, lp2)
+    ]
     batch = make_batch([Trajectory(task=0, group=0, rows=[r]) for r in rows], tok.pad_token_id)
     return batch, state
 
@@ -166,8 +181,9 @@ def rollout_memory(policy, shape, device: str, n: int, prompt_tokens: int, new_t
     or --ref-device cpu's plan, which memory_plan counts apart)."""
     import gc
 
-    from agent import generate
     from memory_plan import Run, rollout_parts
+
+    from agent import generate
 
     params = [p for p in policy.model.parameters() if p.requires_grad]
     adam = [torch.zeros_like(p) for p in params for _ in range(2)]  # AdamW's exp_avg, exp_avg_sq
@@ -204,9 +220,14 @@ def tokens_per_s(policy, device: str, n: int, prompt_tokens: int, new_tokens: in
                     count = sum(map(len, out))
                 else:
                     x = ids.to(device)
-                    out = policy.model.generate(x, attention_mask=torch.ones_like(x), do_sample=True,
-                                                temperature=TEMPERATURE, max_new_tokens=new_tokens,
-                                                min_new_tokens=new_tokens)
+                    out = policy.model.generate(
+                        x,
+                        attention_mask=torch.ones_like(x),
+                        do_sample=True,
+                        temperature=TEMPERATURE,
+                        max_new_tokens=new_tokens,
+                        min_new_tokens=new_tokens,
+                    )
                     count = (out.shape[1] - prompt_tokens) * n
                 sync()
             rates.append(count / (time.time() - t))
@@ -217,12 +238,30 @@ def fsdp(device: str) -> tuple[bool, str]:
     """tests/fsdp_bf16.py under `accelerate launch`: 1 process on the GPU, 2 gloo ones on a CPU."""
     out = tempfile.mkdtemp(prefix="gpu_check_fsdp_")
     n = 1 if device == "cuda" else 2
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(n),
-           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-           "--main_process_port", "29531"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--num_processes",
+        str(n),
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        "29531",
+    ]
     cmd += ["--multi_gpu"] if n > 1 else []
-    done = subprocess.run(cmd + [os.path.join("tests", "fsdp_bf16.py"), out], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    done = subprocess.run(
+        cmd + [os.path.join("tests", "fsdp_bf16.py"), out],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     if done.returncode:
         return False, "failed: " + (done.stderr or done.stdout)[-300:].replace("\n", " ")
     worst, gathers = 0.0, []
@@ -236,8 +275,12 @@ def fsdp(device: str) -> tuple[bool, str]:
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--cpu", action="store_true", default=os.environ.get("GPU_CHECK_CPU") == "1",
-                   help="run every check small, on the CPU (also GPU_CHECK_CPU=1)")
+    p.add_argument(
+        "--cpu",
+        action="store_true",
+        default=os.environ.get("GPU_CHECK_CPU") == "1",
+        help="run every check small, on the CPU (also GPU_CHECK_CPU=1)",
+    )
     a = p.parse_args()
     device = "cpu" if a.cpu or not torch.cuda.is_available() else "cuda"
     small = device == "cpu"
@@ -253,20 +296,39 @@ def main():
         g32, _, _ = precision_gap(policy, device, False, min(n, 8), new)
         add("precision", name, f"fp32 max |sampled - update| {g32:.1e}", f"< {FP32_TOL:g}", g32 < FP32_TOL)
         g16, m16, vdt = precision_gap(policy, device, True, min(n, 8), new)
-        add("precision", name, f"bf16 |sampled - update| mean {m16:.1e} max {g16:.1e}, values "
-            + str(vdt).replace("torch.", ""), f"mean < {BF16_TOL:g}, bfloat16",
-            m16 < BF16_TOL and vdt == torch.bfloat16)
+        add(
+            "precision",
+            name,
+            f"bf16 |sampled - update| mean {m16:.1e} max {g16:.1e}, values " + str(vdt).replace("torch.", ""),
+            f"mean < {BF16_TOL:g}, bfloat16",
+            m16 < BF16_TOL and vdt == torch.bfloat16,
+        )
         from train import ON_POLICY_TOL
 
         top, mean = on_policy_gap(policy, device, min(n, 8), new)
-        add("on-policy", name, f"bf16 first minibatch |log ratio| mean {mean:.1e} max {top:.1e}",
-            f"mean <= {ON_POLICY_TOL:g}", mean <= ON_POLICY_TOL)
+        add(
+            "on-policy",
+            name,
+            f"bf16 first minibatch |log ratio| mean {mean:.1e} max {top:.1e}",
+            f"mean <= {ON_POLICY_TOL:g}",
+            mean <= ON_POLICY_TOL,
+        )
         measured, planned = rollout_memory(policy, shape, device, n, prompt, new)
-        add("memory", name, f"rollout {n}x{prompt + new} tokens: {measured:.2f} GB, plan {planned:.2f} GB",
-            "measured <= plan", measured <= planned)
+        add(
+            "memory",
+            name,
+            f"rollout {n}x{prompt + new} tokens: {measured:.2f} GB, plan {planned:.2f} GB",
+            "measured <= plan",
+            measured <= planned,
+        )
         ours, hf = tokens_per_s(policy, device, n, prompt, new)
-        add("tokens/s", name, f"agent.generate {ours:.0f}, model.generate {hf:.0f} ({ours / hf:.2f}x)",
-            f">= {MIN_SPEED:g}x", ours >= MIN_SPEED * hf)
+        add(
+            "tokens/s",
+            name,
+            f"agent.generate {ours:.0f}, model.generate {hf:.0f} ({ours / hf:.2f}x)",
+            f">= {MIN_SPEED:g}x",
+            ours >= MIN_SPEED * hf,
+        )
     ok, text = fsdp(device)
     add("fsdp", "qwen2 (tiny)", text, "no hang, same gathers", ok)
 

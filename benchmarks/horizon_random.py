@@ -42,7 +42,7 @@ def main():
     p.add_argument("--limit", type=int, default=300, help="first N tasks of the split")
     args = p.parse_args()
     horizons = [int(h) for h in args.horizons.split(",")]
-    env, tasks = BabyAIText(), ENVS["babyai"].splits[args.split][:args.limit]
+    env, tasks = BabyAIText(), ENVS["babyai"].splits[args.split][: args.limit]
     rates = defaultdict(list)  # h -> success per repeat
     by_level = defaultdict(lambda: defaultdict(list))  # level -> h -> wins
     for rep in range(args.repeats):
@@ -60,7 +60,11 @@ def main():
     print("| max turns | " + " | ".join(map(str, horizons)) + " |")
     print("|---" * (len(horizons) + 1) + "|")
     se = lambda xs: statistics.stdev(xs) / math.sqrt(len(xs)) if len(xs) > 1 else 0.0
-    print("| all | " + " | ".join(f"{statistics.mean(rates[h]):.3f} ± {se(rates[h]):.3f}" for h in horizons) + " |")
+    print(
+        "| all | "
+        + " | ".join(f"{statistics.mean(rates[h]):.3f} ± {se(rates[h]):.3f}" for h in horizons)
+        + " |"
+    )
     for level, per_h in sorted(by_level.items()):
         print(f"| {level} | " + " | ".join(f"{sum(per_h[h]) / len(per_h[h]):.3f}" for h in horizons) + " |")
 

@@ -37,8 +37,10 @@ def main(rounds: int = 3):
             got[w].append(rate(*w))
     print(f"load average {os.getloadavg()[0]:.2f}; GFLOP/s per round, median")
     for (M, dt, th), v in got.items():
-        print(f"  M={M:5d} {str(dt)[6:]:9s} threads {th}: {' '.join(f'{x:5.1f}' for x in v)}  "
-              f"median {statistics.median(v):5.1f}")
+        print(
+            f"  M={M:5d} {str(dt)[6:]:9s} threads {th}: {' '.join(f'{x:5.1f}' for x in v)}  "
+            f"median {statistics.median(v):5.1f}"
+        )
 
 
 if __name__ == "__main__":

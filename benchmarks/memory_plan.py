@@ -101,10 +101,16 @@ def shape_of(model: str) -> Shape:
     from transformers import AutoConfig  # a local folder, or a hub id when the hub is reachable
 
     c = AutoConfig.from_pretrained(model)
-    return Shape(c.vocab_size, c.hidden_size, c.intermediate_size, c.num_hidden_layers, c.num_attention_heads,
-                 getattr(c, "num_key_value_heads", None) or c.num_attention_heads,
-                 tied=bool(getattr(c, "tie_word_embeddings", False)),
-                 qkv_bias=bool(getattr(c, "attention_bias", c.model_type == "qwen2")))
+    return Shape(
+        c.vocab_size,
+        c.hidden_size,
+        c.intermediate_size,
+        c.num_hidden_layers,
+        c.num_attention_heads,
+        getattr(c, "num_key_value_heads", None) or c.num_attention_heads,
+        tied=bool(getattr(c, "tie_word_embeddings", False)),
+        qkv_bias=bool(getattr(c, "attention_bias", c.model_type == "qwen2")),
+    )
 
 
 @dataclass
@@ -127,7 +133,15 @@ class Run:
     gen_batch: bool = False
 
 
-OPTIONS = ["chunked", "micro", "ckpt", "bf16", "ref_cpu", "gen_batch", "lora"]  # the plan adds them in this order
+OPTIONS = [
+    "chunked",
+    "micro",
+    "ckpt",
+    "bf16",
+    "ref_cpu",
+    "gen_batch",
+    "lora",
+]  # the plan adds them in this order
 
 
 def autocast_copy(s: Shape, r: Run) -> float:
@@ -183,7 +197,9 @@ def rollout_parts(s: Shape, r: Run) -> dict[str, float]:
     running = min(r.rollout_batch, r.generation_batch_size if r.gen_batch else r.rollout_batch) * r.seq_len
     kept = r.rollout_batch * r.seq_len  # every episode's cache, kept between turns
     return {
-        "resident": u["weights"] + u["grads+adam"] - 4 * (s.lora_params(r.lora_rank) if r.lora else s.params())
+        "resident": u["weights"]
+        + u["grads+adam"]
+        - 4 * (s.lora_params(r.lora_rank) if r.lora else s.params())
         + u["reference"],  # gradients are freed after the optimizer step
         "autocast_copy": autocast_copy(s, r),
         "kv_cache": s.layers * s.kv_heads * s.head_dim * (4 + act) * kept,  # keys fp32, values in act
@@ -199,17 +215,28 @@ def peaks(s: Shape, r: Run) -> tuple[float, float]:
 
 
 def flags(r: Run) -> str:
-    f = {"micro": f"--micro-batch-size {r.micro_batch_size}", "ckpt": "--gradient-checkpointing true",
-         "bf16": "--mixed-precision bf16", "ref_cpu": "--ref-device cpu", "lora": f"--lora-rank {r.lora_rank}",
-         "gen_batch": f"--generation-batch-size {r.generation_batch_size}"}
-    on = [k for k in f if getattr(r, k) and not (k == "ref_cpu" and r.lora)]  # LoRA: no reference copy to move
+    f = {
+        "micro": f"--micro-batch-size {r.micro_batch_size}",
+        "ckpt": "--gradient-checkpointing true",
+        "bf16": "--mixed-precision bf16",
+        "ref_cpu": "--ref-device cpu",
+        "lora": f"--lora-rank {r.lora_rank}",
+        "gen_batch": f"--generation-batch-size {r.generation_batch_size}",
+    }
+    on = [
+        k for k in f if getattr(r, k) and not (k == "ref_cpu" and r.lora)
+    ]  # LoRA: no reference copy to move
     return " ".join(f[k] for k in on) or "(none)"
 
 
 def table(s: Shape, base: Run, gpu_gb: float) -> list[str]:
-    lines = [f"| options | rollout GB | update GB | fits {gpu_gb:.0f} GB (with 10% spare) |", "|---|---|---|---|"]
+    lines = [
+        f"| options | rollout GB | update GB | fits {gpu_gb:.0f} GB (with 10% spare) |",
+        "|---|---|---|---|",
+    ]
     row = lambda name, r: "| {} | {:.1f} | {:.1f} | {} |".format(
-        name, *peaks(s, r), "yes" if max(peaks(s, r)) <= SPARE * gpu_gb else "no")
+        name, *peaks(s, r), "yes" if max(peaks(s, r)) <= SPARE * gpu_gb else "no"
+    )
     r = dataclasses.replace(base, **{o: False for o in OPTIONS})
     lines.append(row("none (the old path)", r))
     for o in OPTIONS:  # add one at a time
@@ -223,7 +250,10 @@ def table(s: Shape, base: Run, gpu_gb: float) -> list[str]:
 def plan(run: Run, gpu_gb: float) -> list[str]:
     """For each Qwen2.5 size: the fewest options (in the order above) that fit, LoRA last; when
     even all of them do not, fewer episodes per rollout (tasks x group: the kept KV caches)."""
-    out = ["| model | params | flags | episodes per rollout | rollout GB | update GB |", "|---|---|---|---|---|---|"]
+    out = [
+        "| model | params | flags | episodes per rollout | rollout GB | update GB |",
+        "|---|---|---|---|---|---|",
+    ]
     for name in ["Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-3B-Instruct", "Qwen/Qwen2.5-7B-Instruct"]:
         s = shape_of(name)
         r = dataclasses.replace(run, chunked=True)
@@ -235,7 +265,10 @@ def plan(run: Run, gpu_gb: float) -> list[str]:
             r = dataclasses.replace(r, rollout_batch=r.rollout_batch // 2)
         ro, up = peaks(s, r)
         fits = "" if max(ro, up) <= SPARE * gpu_gb else " (does not fit)"
-        out.append(f"| {name} | {s.params() / 1e9:.2f}B | `{flags(r)}`{fits} | {r.rollout_batch} | {ro:.1f} | {up:.1f} |")
+        out.append(
+            f"| {name} | {s.params() / 1e9:.2f}B | `{flags(r)}`{fits} | {r.rollout_batch} | {ro:.1f} | "
+            f"{up:.1f} |"
+        )
     return out
 
 
@@ -252,17 +285,27 @@ def main():
     p.add_argument("--gpu-gb", type=float, default=80.0)
     p.add_argument("--plan", action="store_true", help="the 1.5B / 3B / 7B plan for one GPU")
     a = p.parse_args()
-    run = Run(seq_len=a.seq_len, agent_frac=a.agent_frac, minibatch_size=a.minibatch_size,
-              rollout_batch=a.rollout_batch, micro_batch_size=a.micro_batch_size, lora_rank=a.lora_rank,
-              generation_batch_size=a.generation_batch_size)
-    print(f"seq_len {a.seq_len}, minibatch {a.minibatch_size} trajectories, rollout batch {a.rollout_batch}, "
-          f"micro-batch {a.micro_batch_size}, LoRA rank {a.lora_rank}")
+    run = Run(
+        seq_len=a.seq_len,
+        agent_frac=a.agent_frac,
+        minibatch_size=a.minibatch_size,
+        rollout_batch=a.rollout_batch,
+        micro_batch_size=a.micro_batch_size,
+        lora_rank=a.lora_rank,
+        generation_batch_size=a.generation_batch_size,
+    )
+    print(
+        f"seq_len {a.seq_len}, minibatch {a.minibatch_size} trajectories, rollout batch {a.rollout_batch}, "
+        f"micro-batch {a.micro_batch_size}, LoRA rank {a.lora_rank}"
+    )
     if a.plan:
         print("\n".join(plan(run, a.gpu_gb)))
         return
     s = shape_of(a.model)
-    print(f"{a.model}: {s.params() / 1e9:.3f}B parameters, {s.layers} layers, hidden {s.hidden}, "
-          f"vocabulary {s.vocab}; LoRA rank {a.lora_rank}: {s.lora_params(a.lora_rank) / 1e6:.1f}M")
+    print(
+        f"{a.model}: {s.params() / 1e9:.3f}B parameters, {s.layers} layers, hidden {s.hidden}, "
+        f"vocabulary {s.vocab}; LoRA rank {a.lora_rank}: {s.lora_params(a.lora_rank) / 1e6:.1f}M"
+    )
     print("\n".join(table(s, run, a.gpu_gb)))
 
 

@@ -24,10 +24,10 @@ sys.path.insert(0, ROOT)
 def worker(episodes: int, max_turns: int) -> None:
     import torch
 
-    from machinery import dist
     import tiny
     from agent import rollout
     from envs import ENVS, close_pool, open_pool
+    from machinery import dist
 
     dist.start(cpu=True)
     torch.set_num_threads(1)
@@ -46,16 +46,23 @@ def worker(episodes: int, max_turns: int) -> None:
     finally:
         close_pool(pool)
     if dist.is_main():
-        print(f"RESULT processes={dist.world()} episodes={episodes} seconds={wall:.2f} "
-              f"episodes_per_s={episodes / wall:.2f}", flush=True)
+        print(
+            f"RESULT processes={dist.world()} episodes={episodes} seconds={wall:.2f} "
+            f"episodes_per_s={episodes / wall:.2f}",
+            flush=True,
+        )
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--processes", default="1,2", help="comma-separated process counts")
-    p.add_argument("--episodes", type=int, default=64, help="episodes per configuration (all processes together)")
+    p.add_argument(
+        "--episodes", type=int, default=64, help="episodes per configuration (all processes together)"
+    )
     p.add_argument("--max-turns", type=int, default=5)
-    p.add_argument("--repeats", type=int, default=2, help="runs per configuration (the machine may be shared)")
+    p.add_argument(
+        "--repeats", type=int, default=2, help="runs per configuration (the machine may be shared)"
+    )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.worker:
@@ -66,13 +73,35 @@ def main():
     print("|---|---|---|---|")
     for n in [int(x) for x in a.processes.split(",")]:
         for _ in range(a.repeats):
-            cmd = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", str(n),
-                   "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-                   "--main_process_port", str(free_port())] + (["--multi_gpu"] if n > 1 else ["--cpu"]) + [
-                   os.path.abspath(__file__), "--worker", "--episodes", str(a.episodes),
-                   "--max-turns", str(a.max_turns)]
-            out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
-                                 env={**os.environ, "OMP_NUM_THREADS": "1"})
+            cmd = (
+                [
+                    sys.executable,
+                    "-m",
+                    "accelerate.commands.launch",
+                    "--num_processes",
+                    str(n),
+                    "--num_machines",
+                    "1",
+                    "--mixed_precision",
+                    "no",
+                    "--dynamo_backend",
+                    "no",
+                    "--main_process_port",
+                    str(free_port()),
+                ]
+                + (["--multi_gpu"] if n > 1 else ["--cpu"])
+                + [
+                    os.path.abspath(__file__),
+                    "--worker",
+                    "--episodes",
+                    str(a.episodes),
+                    "--max-turns",
+                    str(a.max_turns),
+                ]
+            )
+            out = subprocess.run(
+                cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}
+            )
             line = next((ln for ln in out.stdout.splitlines() if ln.startswith("RESULT")), None)
             if line is None:
                 print(out.stdout[-2000:], out.stderr[-2000:])

@@ -68,10 +68,12 @@ def main(cfg: RealModelConfig):
         rows = [json.loads(line) for line in open(os.path.join(cfg.out, "metrics.jsonl"))]
     print("\nper step, as train.py logged it")
     for r in rows:
-        print(f"  step {r['step']}: {r['charts/seconds_per_step']:.1f} s, generation "
-              f"{r['charts/tokens_per_s']:.1f} tokens/s, "
-              f"update {r['perf/update_tokens_per_s']:.1f} tokens/s, "
-              f"peak {r['perf/peak_memory_gb']:.2f} GB")
+        print(
+            f"  step {r['step']}: {r['charts/seconds_per_step']:.1f} s, generation "
+            f"{r['charts/tokens_per_s']:.1f} tokens/s, "
+            f"update {r['perf/update_tokens_per_s']:.1f} tokens/s, "
+            f"peak {r['perf/peak_memory_gb']:.2f} GB"
+        )
     print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

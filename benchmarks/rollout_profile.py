@@ -17,7 +17,8 @@ then a summary of seconds per step and share of the step per section:
                  generate     prefill (the prompt's forward), decode (one forward per new token),
                               mask (applying the tries to the logits), other (sampling, bookkeeping)
     update       make_batch, reference (the frozen model's log-probs), advantages,
-                 forward_backward (log-probs, loss and backward, micro-batch by micro-batch), optimizer (clip + step), checkpoint
+                 forward_backward (log-probs, loss and backward, micro-batch by micro-batch), optimizer (clip
+                 + step), checkpoint
 
 Compare mode rolls out the first N test tasks `--repeats` times in one batch and one episode at a
 time, interleaved so that load from other processes falls on both alike, and prints episodes/s.
@@ -61,7 +62,8 @@ class ProfileConfig(train.Config):
     repeats: int = flag(3, at_least=1)
     """compare mode: interleaved repeats of each way"""
     compare_cache: bool = False
-    """compare mode: instead, N episodes batched with the conversation's KV cache kept across turns vs re-encoded each turn"""
+    """compare mode: instead, N episodes batched with the conversation's KV cache kept across turns vs
+    re-encoded each turn"""
 
 
 def derived(t: dict) -> dict:
@@ -101,9 +103,14 @@ def profile_training(cfg: ProfileConfig):
         train.train(cfg, profile=profile)
     steps = [derived(t) for t in profile]
     cols = ["total", "rollout"] + ROLLOUT + ["reference", "forward_backward", "optimizer"]
-    rows = [[str(t["step"]), str(t["horizon"]), str(t["episodes"]), str(t["agent_tokens"])]
-            + [f"{t.get(c, 0):.3f}" for c in cols] for t in steps]
-    print(f"\nper step (seconds), {cfg.algo} on {cfg.env}, model {cfg.model}, threads {torch.get_num_threads()}")
+    rows = [
+        [str(t["step"]), str(t["horizon"]), str(t["episodes"]), str(t["agent_tokens"])]
+        + [f"{t.get(c, 0):.3f}" for c in cols]
+        for t in steps
+    ]
+    print(
+        f"\nper step (seconds), {cfg.algo} on {cfg.env}, model {cfg.model}, threads {torch.get_num_threads()}"
+    )
     print(table(["step", "h", "eps", "tokens"] + cols, rows))
     print()
     print(summary(steps, f"summary over {len(steps)} steps"))
@@ -135,8 +142,10 @@ def compare_batch(cfg: ProfileConfig):
                 rates[way].append(len(tasks) / (time.perf_counter() - t0))
     finally:
         close_pool(pool)
-    print(f"\n{n} {cfg.env} episodes of {cfg.max_turns} turns, model {cfg.model}, "
-          f"threads {torch.get_num_threads()}, {cfg.repeats} interleaved repeats")
+    print(
+        f"\n{n} {cfg.env} episodes of {cfg.max_turns} turns, model {cfg.model}, "
+        f"threads {torch.get_num_threads()}, {cfg.repeats} interleaved repeats"
+    )
     rows = [[way, " ".join(f"{r:.2f}" for r in v), f"{statistics.median(v):.2f}"] for way, v in rates.items()]
     print(table(["way", "episodes/s per repeat", "median"], rows))
     ratio = statistics.median(rates[ways[0]]) / statistics.median(rates[ways[1]])

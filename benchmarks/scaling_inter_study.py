@@ -72,11 +72,22 @@ def run_one(args, name: str, seed: int) -> str:
     """Train schedule `name` with `seed` (unless done already), then sweep its final model."""
     out = os.path.join(args.out, f"{name}-{seed}")
     if not os.path.exists(os.path.join(out, "summary.json")):
-        cfg = Config(env="babyai", train_split=args.train_split, test_split=args.test_split, seed=seed,
-                     steps=args.steps, tasks_per_step=args.tasks_per_step, group_size=args.group_size,
-                     minibatch_size=args.tasks_per_step * args.group_size, eval_episodes=args.eval_episodes,
-                     eval_every=args.eval_every, eval_max_turns=args.long, save_every=args.steps, out=out,
-                     **schedule_config(name, args.short, args.mid, args.long, args.steps, args.window))
+        cfg = Config(
+            env="babyai",
+            train_split=args.train_split,
+            test_split=args.test_split,
+            seed=seed,
+            steps=args.steps,
+            tasks_per_step=args.tasks_per_step,
+            group_size=args.group_size,
+            minibatch_size=args.tasks_per_step * args.group_size,
+            eval_episodes=args.eval_episodes,
+            eval_every=args.eval_every,
+            eval_max_turns=args.long,
+            save_every=args.steps,
+            out=out,
+            **schedule_config(name, args.short, args.mid, args.long, args.steps, args.window),
+        )
         train(cfg)
     sweep_model(args, os.path.join(out, "checkpoint"), os.path.join(out, "sweep"), seed)
     return out
@@ -86,9 +97,25 @@ def sweep_model(args, model: str, out: str, seed: int):
     if os.path.exists(os.path.join(out, "sweep.json")):
         return
     import eval as evaluation
-    evaluation.main(["--model", model, "--env", "babyai", "--split", args.test_split,
-                     "--limit", str(args.sweep_episodes), "--sweep-max-turns", args.sweep,
-                     "--seed", str(seed), "--out", out])
+
+    evaluation.main(
+        [
+            "--model",
+            model,
+            "--env",
+            "babyai",
+            "--split",
+            args.test_split,
+            "--limit",
+            str(args.sweep_episodes),
+            "--sweep-max-turns",
+            args.sweep,
+            "--seed",
+            str(seed),
+            "--out",
+            out,
+        ]
+    )
 
 
 def load_run(out: str) -> dict:
@@ -96,16 +123,23 @@ def load_run(out: str) -> dict:
     summary = json.load(open(os.path.join(out, "summary.json")))
     sweep = json.load(open(os.path.join(out, "sweep", "sweep.json")))["sweep"]
     # held-out success vs step: step 0 is eval_before, then every eval_every steps, the last eval_after
-    held = ([(0, summary["eval_before"]["success_rate"])] + [(r["step"], r["eval/success"]) for r in rows
-                                                              if "eval/success" in r]
-            + [(rows[-1]["step"], summary["eval_after"]["success_rate"])])
+    held = (
+        [(0, summary["eval_before"]["success_rate"])]
+        + [(r["step"], r["eval/success"]) for r in rows if "eval/success" in r]
+        + [(rows[-1]["step"], summary["eval_after"]["success_rate"])]
+    )
     return {"rows": rows, "summary": summary, "sweep": sweep, "held": held}
 
 
 def report(args, schedules: list[str], seeds: list[int]):
-    runs = {s: [load_run(os.path.join(args.out, f"{s}-{seed}")) for seed in seeds
-                if os.path.exists(os.path.join(args.out, f"{s}-{seed}", "sweep", "sweep.json"))]
-            for s in schedules}
+    runs = {
+        s: [
+            load_run(os.path.join(args.out, f"{s}-{seed}"))
+            for seed in seeds
+            if os.path.exists(os.path.join(args.out, f"{s}-{seed}", "sweep", "sweep.json"))
+        ]
+        for s in schedules
+    }
     runs = {s: r for s, r in runs.items() if r}
     horizons = [int(h) for h in args.sweep.split(",")]
     last = max(1, args.steps // 5)  # "end of training": the mean of the last fifth of the steps
@@ -113,41 +147,56 @@ def report(args, schedules: list[str], seeds: list[int]):
         f"BabyAI `{args.train_split}` -> held-out `{args.test_split}` ({args.eval_episodes} tasks), "
         f"{args.steps} steps x {args.tasks_per_step} tasks x {args.group_size} samples per schedule, "
         f"seeds {','.join(map(str, seeds))}; mean ± standard error over the seeds that finished "
-        "(a single value: one seed).", "",
-        f"| schedule | seeds | horizons used | held-out success at h={args.long}, start | end | best during training "
-        f"| training success, last {last} steps | turns per episode, last {last} | cut by the horizon, last {last} "
+        "(a single value: one seed).",
+        "",
+        f"| schedule | seeds | horizons used | held-out success at h={args.long}, start | end | best "
+        f"during training "
+        f"| training success, last {last} steps | turns per episode, last {last} | cut by the horizon, "
+        f"last {last} "
         f"| env turns used | " + " | ".join(f"test h={h}" for h in horizons) + " |",
         "|---" * (10 + len(horizons)) + "|",
     ]
+    episodes = args.tasks_per_step * args.group_size  # per step
     for s, rs in runs.items():
         used = sorted({r["horizon"] for run in rs for r in run["rows"]})
         cells = [
-            s, str(len(rs)), ",".join(map(str, used)),
+            s,
+            str(len(rs)),
+            ",".join(map(str, used)),
             fmt([run["held"][0][1] for run in rs]),
             fmt([run["summary"]["eval_after"]["success_rate"] for run in rs]),
             fmt([max(v for _, v in run["held"][1:]) for run in rs if len(run["held"]) > 1]),
             fmt([statistics.mean(r["charts/success"] for r in run["rows"][-last:]) for run in rs]),
             fmt([statistics.mean(r["charts/turns"] for r in run["rows"][-last:]) for run in rs]),
             fmt([statistics.mean(r["charts/cut_share"] for r in run["rows"][-last:]) for run in rs]),
-            f"{statistics.mean(sum(r['charts/turns'] for r in run['rows']) for run in rs) * args.tasks_per_step * args.group_size:.0f}",
+            f"{statistics.mean(sum(r['charts/turns'] for r in run['rows']) for run in rs) * episodes:.0f}",
         ] + [fmt([run["sweep"][i]["success_rate"] for run in rs]) for i in range(len(horizons))]
         lines.append("| " + " | ".join(cells) + " |")
     if os.path.exists(os.path.join(args.out, "start", "sweep", "sweep.json")):
         start = json.load(open(os.path.join(args.out, "start", "sweep", "sweep.json")))["sweep"]
-        lines.append("| (untrained start) | 1 | - | - | - | - | - | - | - | - | "
-                     + " | ".join(f"{r['success_rate']:.3f}" for r in start) + " |")
+        lines.append(
+            "| (untrained start) | 1 | - | - | - | - | - | - | - | - | "
+            + " | ".join(f"{r['success_rate']:.3f}" for r in start)
+            + " |"
+        )
     table = "\n".join(lines) + "\n"
     print(table)
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(table)
     with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump({s: [{"held": run["held"], "sweep": run["sweep"], "rows": run["rows"]} for run in rs]
-                   for s, rs in runs.items()}, f)
+        json.dump(
+            {
+                s: [{"held": run["held"], "sweep": run["sweep"], "rows": run["rows"]} for run in rs]
+                for s, rs in runs.items()
+            },
+            f,
+        )
     plot(args, runs)
 
 
 def plot(args, runs: dict):
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
@@ -159,7 +208,7 @@ def plot(args, runs: dict):
             ys = np.array([np.convolve(np.pad(y, (smooth - 1, 0), mode="edge"), k, mode="valid") for y in ys])
         m = ys.mean(0)
         se = ys.std(0, ddof=1) / np.sqrt(len(ys)) if len(ys) > 1 else np.zeros_like(m)
-        line, = ax.plot(xs, m, label=label)
+        (line,) = ax.plot(xs, m, label=label)
         ax.fill_between(xs, m - se, m + se, alpha=0.2, color=line.get_color())
 
     fig, axes = plt.subplots(1, 4, figsize=(17, 3.8))
@@ -170,37 +219,60 @@ def plot(args, runs: dict):
         steps = [r["step"] for r in rs[0]["rows"]]
         for ax, key in zip(axes[1:], ["charts/success", "charts/turns", "charts/cut_share"]):
             band(ax, steps, [[r[key] for r in run["rows"]] for run in rs], s, smooth)
-    titles = [f"held-out success (max turns {args.long})", f"training success (running mean of {smooth})",
-              "turns per episode (training)", "share of episodes cut by the horizon"]
+    titles = [
+        f"held-out success (max turns {args.long})",
+        f"training success (running mean of {smooth})",
+        "turns per episode (training)",
+        "share of episodes cut by the horizon",
+    ]
     for ax, t in zip(axes, titles):
-        ax.set_title(t, fontsize=10); ax.set_xlabel("training step"); ax.grid(alpha=0.3)
-    axes[0].set_ylim(0, 1); axes[1].set_ylim(0, 1); axes[3].set_ylim(0, 1)
+        ax.set_title(t, fontsize=10)
+        ax.set_xlabel("training step")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylim(0, 1)
+    axes[1].set_ylim(0, 1)
+    axes[3].set_ylim(0, 1)
     axes[0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(os.path.join(args.out, "curves.png"), dpi=80)
     plt.close(fig)
 
     import eval as evaluation
-    mean_rows = {s: [{"max_turns": rs[0]["sweep"][i]["max_turns"],
-                      "success_rate": statistics.mean(run["sweep"][i]["success_rate"] for run in rs)}
-                     for i in range(len(rs[0]["sweep"]))] for s, rs in runs.items()}
+
+    mean_rows = {
+        s: [
+            {
+                "max_turns": rs[0]["sweep"][i]["max_turns"],
+                "success_rate": statistics.mean(run["sweep"][i]["success_rate"] for run in rs),
+            }
+            for i in range(len(rs[0]["sweep"]))
+        ]
+        for s, rs in runs.items()
+    }
     start = os.path.join(args.out, "start", "sweep", "sweep.json")
     if os.path.exists(start):
         mean_rows["untrained start"] = json.load(open(start))["sweep"]
-    evaluation.plot_sweep(mean_rows, os.path.join(args.out, "sweep.png"),
-                          "held-out success vs test-time max turns (mean over seeds)")
+    evaluation.plot_sweep(
+        mean_rows,
+        os.path.join(args.out, "sweep.png"),
+        "held-out success vs test-time max turns (mean over seeds)",
+    )
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--schedules", default=",".join(SCHEDULES))
     p.add_argument("--seeds", default="0,1,2")
-    p.add_argument("--steps", type=int, default=16, help="training steps per run (the same for every schedule)")
+    p.add_argument(
+        "--steps", type=int, default=16, help="training steps per run (the same for every schedule)"
+    )
     p.add_argument("--tasks-per-step", type=int, default=4)
     p.add_argument("--group-size", type=int, default=4)
     p.add_argument("--short", type=int, default=3, help="fixed-short's horizon, the ladder's first")
     p.add_argument("--mid", type=int, default=5, help="the ladder's middle horizon")
-    p.add_argument("--long", type=int, default=8, help="fixed-long's horizon, the ladder's last, the eval horizon")
+    p.add_argument(
+        "--long", type=int, default=8, help="fixed-long's horizon, the ladder's last, the eval horizon"
+    )
     p.add_argument("--window", type=int, default=3, help="the adaptive schedule's W")
     p.add_argument("--eval-episodes", type=int, default=45, help="held-out tasks per evaluation")
     p.add_argument("--eval-every", type=int, default=8)

@@ -38,6 +38,7 @@ def ms(xs: list[float]) -> str:
 
 def gold_path():
     from scienceworld import ScienceWorldEnv
+
     env = ScienceWorldEnv()
     env.load("boil", 0, "", generateGoldPath=True)
     return env, env.get_gold_action_sequence()
@@ -47,7 +48,7 @@ def bench_direct(reps: int):
     """Both ways of stepping, in one JVM, on the same actions."""
     env, gold = gold_path()
     full, raw = [], []
-    for rep in range(reps):
+    for _ in range(reps):
         env.load("boil", 0, "")
         env.step("look around")
         for action in gold[:30]:  # before the win, so that every step is a real one
@@ -72,7 +73,7 @@ def bench_http(url: str, gold: list[str], reps: int):
     s = requests.Session()
     iid = s.post(url + "/create", json={}).json()["id"]
     resets, steps = [], []
-    for rep in range(reps):
+    for _ in range(reps):
         t = time.perf_counter()
         s.post(url + "/reset", json={"id": iid, "data_idx": 0}).json()
         resets.append(time.perf_counter() - t)
@@ -104,8 +105,10 @@ def bench_create(url: str, n: int):
     with ThreadPoolExecutor(n) as pool:
         ids = list(pool.map(create, range(n)))
     t_n = time.perf_counter() - t
-    print(f"/create: one JVM {t_one:.2f} s; {n} in parallel {t_n:.2f} s "
-          f"({n * t_one / t_n:.1f}x faster than one after another)")
+    print(
+        f"/create: one JVM {t_one:.2f} s; {n} in parallel {t_n:.2f} s "
+        f"({n * t_one / t_n:.1f}x faster than one after another)"
+    )
     for i in ids:
         requests.post(url + "/close", json={"id": i})
 

@@ -28,8 +28,10 @@ from servers.searchqa_data import read_corpus, read_questions, synthetic_files  
 
 def ms(xs: list[float]) -> str:
     xs = sorted(xs)
-    return (f"median {1000 * statistics.median(xs):.2f} ms, p95 {1000 * xs[int(0.95 * len(xs))]:.2f} ms, "
-            f"max {1000 * xs[-1]:.2f} ms")
+    return (
+        f"median {1000 * statistics.median(xs):.2f} ms, p95 {1000 * xs[int(0.95 * len(xs))]:.2f} ms, "
+        f"max {1000 * xs[-1]:.2f} ms"
+    )
 
 
 def main():
@@ -43,8 +45,10 @@ def main():
     corpus_path, qa_path = synthetic_files(0, args.passages)
     passages = [r["contents"] for r in read_corpus(corpus_path)]
     questions = read_questions(qa_path)
-    print(f"corpus: {len(passages):,} passages, {len(questions):,} questions, generated/read in "
-          f"{time.perf_counter() - t:.1f} s ({corpus_path})")
+    print(
+        f"corpus: {len(passages):,} passages, {len(questions):,} questions, generated/read in "
+        f"{time.perf_counter() - t:.1f} s ({corpus_path})"
+    )
     if args.rebuild:
         shutil.rmtree(corpus_path + ".bm25s", ignore_errors=True)
     t = time.perf_counter()
@@ -57,7 +61,7 @@ def main():
     queries = []
     for q in questions:
         queries += [q["question"]] + mentions(q["question"])
-    queries = queries[:args.queries]
+    queries = queries[: args.queries]
     times = []
     for q in queries:
         t = time.perf_counter()

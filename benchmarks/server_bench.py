@@ -56,7 +56,7 @@ def start(cmd: list[str], cwd: str, port: int, env: dict | None = None) -> subpr
             return proc
         except OSError:
             if proc.poll() is not None:
-                raise RuntimeError(f"{cmd} exited with {proc.returncode}")
+                raise RuntimeError(f"{cmd} exited with {proc.returncode}") from None
             time.sleep(0.3)
     proc.kill()
     raise TimeoutError(f"{cmd} did not answer on port {port}")
@@ -90,13 +90,17 @@ def client(port: int, action: str, data_idx: int, until: float, lat: list, count
     conn.close()
 
 
-def trial(proc: subprocess.Popen, port: int, action: str, data_idx: int, clients: int, seconds: float) -> dict:
+def trial(
+    proc: subprocess.Popen, port: int, action: str, data_idx: int, clients: int, seconds: float
+) -> dict:
     server = psutil.Process(proc.pid)
     lat, counts = [], []
     cpu0 = sum(server.cpu_times()[:2])
     t0 = time.perf_counter()
-    threads = [threading.Thread(target=client, args=(port, action, data_idx, t0 + seconds, lat, counts))
-               for _ in range(clients)]
+    threads = [
+        threading.Thread(target=client, args=(port, action, data_idx, t0 + seconds, lat, counts))
+        for _ in range(clients)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -105,14 +109,21 @@ def trial(proc: subprocess.Popen, port: int, action: str, data_idx: int, clients
     cpu = sum(server.cpu_times()[:2]) - cpu0
     steps = sum(counts)
     lat.sort()
-    return {"steps/s": steps / wall, "p50 ms": 1000 * lat[len(lat) // 2],
-            "p99 ms": 1000 * lat[min(len(lat) - 1, int(0.99 * len(lat)))], "cpu ms/step": 1000 * cpu / steps}
+    return {
+        "steps/s": steps / wall,
+        "p50 ms": 1000 * lat[len(lat) // 2],
+        "p99 ms": 1000 * lat[min(len(lat) - 1, int(0.99 * len(lat)))],
+        "cpu ms/step": 1000 * cpu / steps,
+    }
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--agentgym", default=os.environ.get("AGENTGYM_DIR", "/tmp/agentgym"),
-                   help="folder with AgentGym's agentenv-babyai/ and agentenv-textcraft/")
+    p.add_argument(
+        "--agentgym",
+        default=os.environ.get("AGENTGYM_DIR", "/tmp/agentgym"),
+        help="folder with AgentGym's agentenv-babyai/ and agentenv-textcraft/",
+    )
     p.add_argument("--envs", default="babyai,textcraft")
     p.add_argument("--clients", default="1,16")
     p.add_argument("--seconds", type=float, default=4.0, help="per trial")
@@ -121,22 +132,38 @@ def main():
     envs = args.envs.split(",")
     missing = [ENVS[e][1] for e in envs if not os.path.isdir(os.path.join(args.agentgym, ENVS[e][1]))]
     if missing:
-        print(f"SKIPPED: AgentGym's server packages {missing} are not in {args.agentgym}; copy them "
-              "there from github.com/WooooDyy/AgentGym (see this file's docstring).")
+        print(
+            f"SKIPPED: AgentGym's server packages {missing} are not in {args.agentgym}; copy them "
+            "there from github.com/WooooDyy/AgentGym (see this file's docstring)."
+        )
         return
     clients = [int(c) for c in args.clients.split(",")]
     for env in envs:
         ours_module, folder, their_module, action, data_idx = ENVS[env]
         ports = {"ours": free_port(), "AgentGym": free_port()}
-        their_env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            [os.path.join(args.agentgym, "deps"), os.path.join(args.agentgym, folder)]))
+        their_env = dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join(
+                [os.path.join(args.agentgym, "deps"), os.path.join(args.agentgym, folder)]
+            ),
+        )
         procs = {
-            "ours": start([sys.executable, "-m", ours_module, "--port", str(ports["ours"])], ROOT, ports["ours"]),
+            "ours": start(
+                [sys.executable, "-m", ours_module, "--port", str(ports["ours"])], ROOT, ports["ours"]
+            ),
             # (`import minigrid` registers the BabyAI levels with gymnasium, which the minigrid
             # of AgentGym's day did through gym's entry points)
-            "AgentGym": start([sys.executable, "-c", f"import minigrid, uvicorn; uvicorn.run('{their_module}:app', "
-                               f"host='127.0.0.1', port={ports['AgentGym']})"],
-                              os.path.join(args.agentgym, folder), ports["AgentGym"], their_env),
+            "AgentGym": start(
+                [
+                    sys.executable,
+                    "-c",
+                    f"import minigrid, uvicorn; uvicorn.run('{their_module}:app', "
+                    f"host='127.0.0.1', port={ports['AgentGym']})",
+                ],
+                os.path.join(args.agentgym, folder),
+                ports["AgentGym"],
+                their_env,
+            ),
         }
         try:
             for name in procs:  # warm up
@@ -145,7 +172,9 @@ def main():
             for _ in range(args.rounds):
                 for c in clients:
                     for name in procs:
-                        res[name, c].append(trial(procs[name], ports[name], action, data_idx, c, args.seconds))
+                        res[name, c].append(
+                            trial(procs[name], ports[name], action, data_idx, c, args.seconds)
+                        )
         finally:
             for proc in procs.values():
                 proc.terminate()
@@ -157,10 +186,15 @@ def main():
             med = {n: {k: statistics.median(r[k] for r in res[n, c]) for k in keys} for n in procs}
             for n in procs:
                 print(f"  {c:>7} {n:>9} " + " ".join(f"{med[n][k]:12.2f}" for k in keys))
-            print(f"  {c:>7} {'ratio':>9} {med['ours']['steps/s'] / med['AgentGym']['steps/s']:11.2f}x "
-                  f"throughput, {med['AgentGym']['cpu ms/step'] / med['ours']['cpu ms/step']:.2f}x less CPU "
-                  f"per step (per round: " + " ".join(
-                      f"{a['steps/s'] / b['steps/s']:.2f}" for a, b in zip(res['ours', c], res['AgentGym', c])) + ")")
+            print(
+                f"  {c:>7} {'ratio':>9} {med['ours']['steps/s'] / med['AgentGym']['steps/s']:11.2f}x "
+                f"throughput, {med['AgentGym']['cpu ms/step'] / med['ours']['cpu ms/step']:.2f}x less CPU "
+                f"per step (per round: "
+                + " ".join(
+                    f"{a['steps/s'] / b['steps/s']:.2f}" for a, b in zip(res["ours", c], res["AgentGym", c])
+                )
+                + ")"
+            )
 
 
 if __name__ == "__main__":

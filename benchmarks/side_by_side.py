@@ -34,8 +34,12 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--arms", required=True, help="NAME=CHECKOUT[:FLAGS];... (the first is the baseline)")
     p.add_argument("--rounds", type=int, default=1, help="interleaved rounds")
-    p.add_argument("--script", default="train.py", help="what each arm runs (benchmarks/rollout_profile.py: "
-                   "train.py with its profile table, which each arm's log then holds)")
+    p.add_argument(
+        "--script",
+        default="train.py",
+        help="what each arm runs (benchmarks/rollout_profile.py: "
+        "train.py with its profile table, which each arm's log then holds)",
+    )
     p.add_argument("--logs", default="side_by_side_logs", help="folder for each run's output")
     p.add_argument("flags", nargs=argparse.REMAINDER, help="-- then train.py's flags")
     a = p.parse_args()
@@ -55,11 +59,14 @@ def main():
                 rows = run(checkout, a.script, flags + extra, out, log)
             for m in rows:
                 secs[name].append(m["charts/seconds_per_step"])
-                print(f"round {r} {name:12s} step {m['step']}: {m['charts/seconds_per_step']:7.1f} s/step, "
-                      f"generation {m['charts/tokens_per_s']:6.1f} tokens/s, update "
-                      f"{m['perf/update_tokens_per_s']:6.1f} tokens/s, "
-                      f"peak {m['perf/peak_memory_gb']:.2f} GB, "
-                      f"load {load0:.2f} -> {os.getloadavg()[0]:.2f}", flush=True)
+                print(
+                    f"round {r} {name:12s} step {m['step']}: {m['charts/seconds_per_step']:7.1f} s/step, "
+                    f"generation {m['charts/tokens_per_s']:6.1f} tokens/s, update "
+                    f"{m['perf/update_tokens_per_s']:6.1f} tokens/s, "
+                    f"peak {m['perf/peak_memory_gb']:.2f} GB, "
+                    f"load {load0:.2f} -> {os.getloadavg()[0]:.2f}",
+                    flush=True,
+                )
     base = statistics.median(secs[arms[0][0]])
     print()
     for name, _, _ in arms:

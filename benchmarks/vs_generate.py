@@ -82,11 +82,19 @@ def hf_replay(policy, per_turn) -> tuple[float, int, int]:
         ids = torch.full((len(work), T), tok.pad_token_id, dtype=torch.long)
         attn = torch.zeros((len(work), T), dtype=torch.long)
         for i, (c, _) in enumerate(work):
-            ids[i, T - len(c):], attn[i, T - len(c):] = torch.tensor(c), 1
+            ids[i, T - len(c) :], attn[i, T - len(c) :] = torch.tensor(c), 1
         t0 = time.perf_counter()
-        model.generate(input_ids=ids, attention_mask=attn, max_new_tokens=L, min_new_tokens=L, do_sample=True,
-                       temperature=policy.temperature or 1.0, top_k=0, top_p=1.0,
-                       pad_token_id=tok.pad_token_id)
+        model.generate(
+            input_ids=ids,
+            attention_mask=attn,
+            max_new_tokens=L,
+            min_new_tokens=L,
+            do_sample=True,
+            temperature=policy.temperature or 1.0,
+            top_k=0,
+            top_p=1.0,
+            pad_token_id=tok.pad_token_id,
+        )
         seconds += time.perf_counter() - t0
         positions, steps = positions + ids.numel(), steps + L
     return seconds, positions, steps
@@ -97,7 +105,7 @@ def main(cfg: VsConfig):
     spec = ENVS["babyai"]
     policy = load_agent(cfg, "cpu")
     policy.model.eval()
-    tasks = [t for t in spec.splits["test"][:cfg.tasks] for _ in range(cfg.group_size)]
+    tasks = [t for t in spec.splits["test"][: cfg.tasks] for _ in range(cfg.group_size)]
     groups = [g for g in range(cfg.tasks) for _ in range(cfg.group_size)]
     pool = open_pool("babyai", size=len(tasks))
     ours, theirs = [], []
@@ -111,17 +119,22 @@ def main(cfg: VsConfig):
             ours.append(tm["generate"])
             s, positions, steps = hf_replay(policy, per_turn)
             theirs.append(s)
-            print(f"repeat {r}: ours {tm['generate']:.1f} s (prefill {tm['prefill']:.1f}, decode "
-                  f"{tm['decode']:.1f}), generate {s:.1f} s; {sum(map(len, per_turn))} replies, "
-                  f"{steps} decode steps, generate's prompt positions {positions}; "
-                  f"load {os.getloadavg()[0]:.2f}", flush=True)
+            print(
+                f"repeat {r}: ours {tm['generate']:.1f} s (prefill {tm['prefill']:.1f}, decode "
+                f"{tm['decode']:.1f}), generate {s:.1f} s; {sum(map(len, per_turn))} replies, "
+                f"{steps} decode steps, generate's prompt positions {positions}; "
+                f"load {os.getloadavg()[0]:.2f}",
+                flush=True,
+            )
     finally:
         close_pool(pool)
     a, b = statistics.median(ours), statistics.median(theirs)
-    print(f"\n{cfg.model}, {len(tasks)} episodes x {cfg.max_turns} turns, {cfg.max_new_tokens} new tokens, "
-          f"threads {torch.get_num_threads()}: rollout's model work {a:.1f} s, "
-          f"transformers' generate {b:.1f} s, "
-          f"{b / a:.2f}x")
+    print(
+        f"\n{cfg.model}, {len(tasks)} episodes x {cfg.max_turns} turns, {cfg.max_new_tokens} new tokens, "
+        f"threads {torch.get_num_threads()}: rollout's model work {a:.1f} s, "
+        f"transformers' generate {b:.1f} s, "
+        f"{b / a:.2f}x"
+    )
 
 
 if __name__ == "__main__":

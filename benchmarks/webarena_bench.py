@@ -53,8 +53,11 @@ def run(url: str, n: int, episodes_each: int, times: dict) -> list[float]:
     sessions = [requests.Session() for _ in range(n)]
     ids = [s.post(url + "/create", json={}).json()["id"] for s in sessions]
     with ThreadPoolExecutor(n) as ex:
-        rewards = list(ex.map(lambda k: [episode(url, sessions[k], ids[k], times) for _ in range(episodes_each)],
-                              range(n)))
+        rewards = list(
+            ex.map(
+                lambda k: [episode(url, sessions[k], ids[k], times) for _ in range(episodes_each)], range(n)
+            )
+        )
     return [r for rs in rewards for r in rs], ids, sessions
 
 
@@ -78,8 +81,10 @@ def main():
         for n in args.sizes:
             times = {"reset": [], "click": [], "stop": []}
             rewards, ids, sessions = run(url, n, args.rounds, times)
-            lat = "  ".join(f"{k} {pct(v, .5):5.0f}/{pct(v, .9):5.0f} ms" for k, v in times.items())
-            print(f"{n} instance(s): {lat} (median/p90)  success {statistics.mean(rewards):.2f}  {memory(url)}")
+            lat = "  ".join(f"{k} {pct(v, 0.5):5.0f}/{pct(v, 0.9):5.0f} ms" for k, v in times.items())
+            print(
+                f"{n} instance(s): {lat} (median/p90)  success {statistics.mean(rewards):.2f}  {memory(url)}"
+            )
             for s, i in zip(sessions, ids):
                 s.post(url + "/close", json={"id": i})
         print(f"after closing all: {memory(url)}")
@@ -89,11 +94,20 @@ def main():
         while done < args.long_episodes:
             times = {"reset": [], "click": [], "stop": []}
             with ThreadPoolExecutor(4) as ex:
-                list(ex.map(lambda k: [episode(url, sessions[k], ids[k], times) for _ in range(args.block // 4)],
-                            range(4)))
+                list(
+                    ex.map(
+                        lambda k, times=times: [
+                            episode(url, sessions[k], ids[k], times) for _ in range(args.block // 4)
+                        ],
+                        range(4),
+                    )
+                )
             done += args.block // 4 * 4
-            print(f"long run, {done:5d} episodes ({time.time() - t0:5.0f} s): reset {pct(times['reset'], .5):4.0f} ms"
-                  f"  click {pct(times['click'], .5):4.0f} ms  {memory(url)}")
+            print(
+                f"long run, {done:5d} episodes ({time.time() - t0:5.0f} s): reset "
+                f"{pct(times['reset'], 0.5):4.0f} ms"
+                f"  click {pct(times['click'], 0.5):4.0f} ms  {memory(url)}"
+            )
     finally:
         server.stop()
 

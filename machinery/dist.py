@@ -51,7 +51,11 @@ def start(cpu: bool):
 
 def _device() -> torch.device:
     # NCCL reduces CUDA tensors only; gloo CPU tensors
-    return torch.device("cuda", torch.cuda.current_device()) if tdist.get_backend() == "nccl" else torch.device("cpu")
+    return (
+        torch.device("cuda", torch.cuda.current_device())
+        if tdist.get_backend() == "nccl"
+        else torch.device("cpu")
+    )
 
 
 def global_sum(x):
@@ -92,7 +96,7 @@ def shard(items: list, r: int | None = None, n: int | None = None) -> list:
     r, n = rank() if r is None else r, world() if n is None else n
     k, extra = divmod(len(items), n)
     lo = r * k + min(r, extra)
-    return items[lo:lo + k + (r < extra)]
+    return items[lo : lo + k + (r < extra)]
 
 
 def process_seed(seed: int, r: int | None = None) -> int:

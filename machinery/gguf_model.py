@@ -20,7 +20,9 @@ weights to float; its model then still carries the GGUF quantizer's marks (`hf_q
 import os
 import shutil
 
-CACHE_DIR = os.environ.get("AGENTGYM_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "agentgym-rl-mini"))
+CACHE_DIR = os.environ.get(
+    "AGENTGYM_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "agentgym-rl-mini")
+)
 
 # Named shortcuts: name -> (Python package that ships the file, file name inside it).
 GGUF_MODELS = {

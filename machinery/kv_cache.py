@@ -99,20 +99,24 @@ class ReservedLayer(DynamicLayer):
     def update(self, key_states, value_states, *args, **kwargs):
         k_room, v_room = self.room
         T, k = self.keys.shape[-2], key_states.shape[-2]
-        if self.keys.data_ptr() != k_room.data_ptr() or T + k > k_room.shape[-2] \
-                or self.keys.shape[0] != k_room.shape[0]:
+        if (
+            self.keys.data_ptr() != k_room.data_ptr()
+            or T + k > k_room.shape[-2]
+            or self.keys.shape[0] != k_room.shape[0]
+        ):
             return super().update(key_states, value_states, *args, **kwargs)
-        k_room[:, :, T:T + k] = key_states
-        v_room[:, :, T:T + k] = value_states
-        self.keys, self.values = k_room[:, :, :T + k], v_room[:, :, :T + k]
+        k_room[:, :, T : T + k] = key_states
+        v_room[:, :, T : T + k] = value_states
+        self.keys, self.values = k_room[:, :, : T + k], v_room[:, :, : T + k]
         return self.keys, self.values
 
 
 def reserve(cache, extra: int) -> None:
     """Give every full-width layer of `cache` room for `extra` more columns (see ReservedLayer)."""
-    cache.layers = [ReservedLayer(layer, extra) if type(layer) is DynamicLayer and layer.is_initialized
-                    else layer
-                    for layer in cache.layers]
+    cache.layers = [
+        ReservedLayer(layer, extra) if type(layer) is DynamicLayer and layer.is_initialized else layer
+        for layer in cache.layers
+    ]
 
 
 def release(cache) -> None:
@@ -143,13 +147,19 @@ def encode(model, news: list[list[int]], starts: list[int], past: Encoded | None
     new_attn = torch.zeros((B, W), dtype=torch.long)
     pos = torch.zeros((B, W), dtype=torch.long)
     for i, (x, s) in enumerate(zip(news, starts)):
-        ids[i, W - len(x):] = torch.tensor(x)
-        new_attn[i, W - len(x):] = 1
-        pos[i, W - len(x):] = torch.arange(s, s + len(x))
+        ids[i, W - len(x) :] = torch.tensor(x)
+        new_attn[i, W - len(x) :] = 1
+        pos[i, W - len(x) :] = torch.arange(s, s + len(x))
     new_attn = new_attn.to(device)
     attn = new_attn if past is None else torch.cat([past.attn, new_attn], dim=1)
-    out = model(input_ids=ids.to(device), attention_mask=attn, position_ids=pos.to(device),
-                cache=past.cache if past is not None else None, use_cache=True, logits_to_keep=1)
+    out = model(
+        input_ids=ids.to(device),
+        attention_mask=attn,
+        position_ids=pos.to(device),
+        cache=past.cache if past is not None else None,
+        use_cache=True,
+        logits_to_keep=1,
+    )
     return out.logits[:, -1, :], Encoded(out.cache, attn, [s + len(x) for s, x in zip(starts, news)])
 
 
@@ -190,13 +200,24 @@ def prefill(model, news, starts, past, pad, device):
     buckets.append(cur)
     if len(buckets) == 1:
         return encode(model, news, starts, past, pad, device)
-    parts = [encode(model, [news[i] for i in b], [starts[i] for i in b], past.rows(b) if past is not None else None, pad, device)
-             for b in buckets]
+    parts = [
+        encode(
+            model,
+            [news[i] for i in b],
+            [starts[i] for i in b],
+            past.rows(b) if past is not None else None,
+            pad,
+            device,
+        )
+        for b in buckets
+    ]
     T = max(st.attn.shape[1] for _, st in parts)
     inverse = torch.empty(len(news), dtype=torch.long)
     inverse[torch.tensor([i for b in buckets for i in b])] = torch.arange(len(news))
     inverse = inverse.to(device)
-    left = lambda x, T=T: F.pad(x, (0, 0, T - x.shape[-2], 0)) if x.dim() == 4 else F.pad(x, (T - x.shape[-1], 0))  # noqa: E731
+    left = lambda x, T=T: (
+        F.pad(x, (0, 0, T - x.shape[-2], 0)) if x.dim() == 4 else F.pad(x, (T - x.shape[-1], 0))
+    )  # noqa: E731
     cache = parts[-1][1].cache
     for layer, *others in zip(cache.layers, *(st.cache.layers for _, st in parts[:-1])):
         group = others + [layer]

@@ -103,9 +103,17 @@ def _chunk(model, h, targets, allowed, temperature: float, with_entropy: bool):
     return logp, -(p * logp_all.masked_fill(p == 0, 0.0)).sum(-1)  # 0 * log 0 := 0
 
 
-def agent_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, rows: torch.Tensor,
-                   cols: torch.Tensor, temperature: float = 1.0, allowed: torch.Tensor | None = None,
-                   with_entropy: bool = False, chunk_size: int | None = None):
+def agent_logprobs(
+    model,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    rows: torch.Tensor,
+    cols: torch.Tensor,
+    temperature: float = 1.0,
+    allowed: torch.Tensor | None = None,
+    with_entropy: bool = False,
+    chunk_size: int | None = None,
+):
     """Log-probs (and entropies) of the tokens at (rows, cols), each given the tokens before it.
 
     input_ids, attention_mask: (B, T); rows, cols: (N,) with cols >= 1; allowed: (N, K) ids allowed
@@ -122,8 +130,14 @@ def agent_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     grad = torch.is_grad_enabled() and h.requires_grad
     logps, ents = [], []
     for s in range(0, len(targets), C):
-        args = (model, h[s:s + C], targets[s:s + C], None if allowed is None else allowed[s:s + C],
-                temperature, with_entropy)
+        args = (
+            model,
+            h[s : s + C],
+            targets[s : s + C],
+            None if allowed is None else allowed[s : s + C],
+            temperature,
+            with_entropy,
+        )
         # checkpoint: keep only h for backward and recompute this chunk's (C, V) logits there
         lp, ent = checkpoint(_chunk, *args, use_reentrant=False) if grad else _chunk(*args)
         logps.append(lp)
@@ -187,7 +201,9 @@ def real_span(attn: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool]:
     return start, stop, contiguous
 
 
-def agent_states(model, ids: torch.Tensor, attn: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+def agent_states(
+    model, ids: torch.Tensor, attn: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor
+) -> torch.Tensor:
     """(N, H) decoder outputs at (rows, cols - 1), the states that predict the agent tokens.
 
     Rows whose prompts are the same (the tokens before a row's first agent token: a GRPO group's
@@ -210,17 +226,23 @@ def agent_states(model, ids: torch.Tensor, attn: torch.Tensor, rows: torch.Tenso
     start, stop, contiguous = real_span(attn)
     live = rows.unique().tolist()  # the rows with agent tokens, in order
     prompts: dict[tuple, int] = {}
-    which = [prompts.setdefault(tuple(ids[b, start[b]:first[b]].tolist()), len(prompts)) for b in live]
-    if (len(prompts) == len(live) or not contiguous or () in prompts or sharded(model) or sliding(model)
-            or (model.training and getattr(model, "is_gradient_checkpointing", False))):
+    which = [prompts.setdefault(tuple(ids[b, start[b] : first[b]].tolist()), len(prompts)) for b in live]
+    if (
+        len(prompts) == len(live)
+        or not contiguous
+        or () in prompts
+        or sharded(model)
+        or sliding(model)
+        or (model.training and getattr(model, "is_gradient_checkpointing", False))
+    ):
         h = decoder(input_ids=ids, attention_mask=attn, position_ids=position_ids(attn)).last_hidden_state
         return h[rows, cols - 1]
     U, P = len(prompts), max(map(len, prompts))
     p_ids = torch.zeros((U, P), dtype=ids.dtype, device=ids.device)
     p_attn = torch.zeros((U, P), dtype=attn.dtype, device=ids.device)
     for x, u in prompts.items():
-        p_ids[u, P - len(x):] = torch.tensor(x, device=ids.device)
-        p_attn[u, P - len(x):] = 1
+        p_ids[u, P - len(x) :] = torch.tensor(x, device=ids.device)
+        p_attn[u, P - len(x) :] = 1
     out = decoder(input_ids=p_ids, attention_mask=p_attn, position_ids=position_ids(p_attn), use_cache=True)
     which_t = torch.tensor(which, device=ids.device)
     cache = cache_rows(out.cache, which_t)  # each row's copy of its prompt's keys and values
@@ -231,8 +253,13 @@ def agent_states(model, ids: torch.Tensor, attn: torch.Tensor, rows: torch.Tenso
     r_attn = (col < end.unsqueeze(-1)).to(attn.dtype)
     r_ids = ids[live_t.unsqueeze(-1), col.clamp(max=ids.shape[1] - 1)] * r_attn
     pos = col - start[live_t].unsqueeze(-1)  # (R, C) positions count from the row's first real token
-    h_rest = decoder(input_ids=r_ids, attention_mask=torch.cat([p_attn[which_t], r_attn], dim=1),
-                     position_ids=pos, cache=cache, use_cache=True).last_hidden_state  # (R, C, H)
+    h_rest = decoder(
+        input_ids=r_ids,
+        attention_mask=torch.cat([p_attn[which_t], r_attn], dim=1),
+        position_ids=pos,
+        cache=cache,
+        use_cache=True,
+    ).last_hidden_state  # (R, C, H)
     # agent token (b, t) is predicted from column t - 1: the prompt's last state when t is b's
     # first agent column, else the rest's state at t - 1 - first[b]
     at = torch.empty(ids.shape[0], dtype=torch.long, device=ids.device)
@@ -254,12 +281,22 @@ class LogprobForward(torch.nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids, attention_mask, rows, cols, temperature=1.0, allowed=None, with_entropy=False):
-        return agent_logprobs(self.model, input_ids, attention_mask, rows, cols, temperature, allowed, with_entropy)
+    def forward(
+        self, input_ids, attention_mask, rows, cols, temperature=1.0, allowed=None, with_entropy=False
+    ):
+        return agent_logprobs(
+            self.model, input_ids, attention_mask, rows, cols, temperature, allowed, with_entropy
+        )
 
 
-def full_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0,
-                  allowed_mask: torch.Tensor | None = None, with_entropy: bool = False):
+def full_logprobs(
+    model,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    temperature: float = 1.0,
+    allowed_mask: torch.Tensor | None = None,
+    with_entropy: bool = False,
+):
     """The plain computation: (B, T) log-probs of every token (position 0 holds 0) and entropies,
     from the full (B, T, V) logits; `allowed_mask` is (B, T, V) bool (True: may be sampled).
     The reference for the parity tests and the "before" of benchmarks/update_memory.py."""

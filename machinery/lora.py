@@ -24,8 +24,13 @@ def add_adapters(model, rank: int, alpha: float = 0.0, dropout: float = 0.0):
     alpha 0: 2 * rank."""
     from peft import LoraConfig, get_peft_model
 
-    cfg = LoraConfig(r=rank, lora_alpha=alpha or 2 * rank, lora_dropout=dropout, target_modules="all-linear",
-                     task_type="CAUSAL_LM")
+    cfg = LoraConfig(
+        r=rank,
+        lora_alpha=alpha or 2 * rank,
+        lora_dropout=dropout,
+        target_modules="all-linear",
+        task_type="CAUSAL_LM",
+    )
     return get_peft_model(model, cfg)
 
 

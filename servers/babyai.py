@@ -53,19 +53,46 @@ from servers.common import EnvError, build_app, serve
 # AgentGym's 40 BabyAI levels, in its order (its level k is LEVELS[k - 1]). GoToObjS6 is v1 in
 # current minigrid.
 LEVELS = [
-    "BabyAI-GoToRedBallGrey-v0", "BabyAI-GoToRedBall-v0", "BabyAI-GoToRedBallNoDists-v0",
-    "BabyAI-GoToObjS6-v1", "BabyAI-GoToLocalS8N7-v0", "BabyAI-GoToObjMazeS7-v0",
-    "BabyAI-GoToImpUnlock-v0", "BabyAI-GoToSeqS5R2-v0", "BabyAI-GoToRedBlueBall-v0",
-    "BabyAI-GoToDoor-v0", "BabyAI-GoToObjDoor-v0", "BabyAI-Open-v0", "BabyAI-OpenRedDoor-v0",
-    "BabyAI-OpenDoorLoc-v0", "BabyAI-OpenRedBlueDoorsDebug-v0", "BabyAI-OpenDoorsOrderN4Debug-v0",
-    "BabyAI-Pickup-v0", "BabyAI-UnblockPickup-v0", "BabyAI-PickupLoc-v0",
-    "BabyAI-PickupDistDebug-v0", "BabyAI-PickupAbove-v0", "BabyAI-PutNextLocalS6N4-v0",
-    "BabyAI-PutNextS7N4Carrying-v0", "BabyAI-Unlock-v0", "BabyAI-UnlockLocalDist-v0",
-    "BabyAI-KeyInBox-v0", "BabyAI-UnlockPickupDist-v0", "BabyAI-BlockedUnlockPickup-v0",
-    "BabyAI-UnlockToUnlock-v0", "BabyAI-ActionObjDoor-v0", "BabyAI-FindObjS7-v0",
-    "BabyAI-KeyCorridorS6R3-v0", "BabyAI-OneRoomS20-v0", "BabyAI-MoveTwoAcrossS8N9-v0",
-    "BabyAI-SynthS5R2-v0", "BabyAI-SynthLoc-v0", "BabyAI-SynthSeq-v0", "BabyAI-MiniBossLevel-v0",
-    "BabyAI-BossLevel-v0", "BabyAI-BossLevelNoUnlock-v0",
+    "BabyAI-GoToRedBallGrey-v0",
+    "BabyAI-GoToRedBall-v0",
+    "BabyAI-GoToRedBallNoDists-v0",
+    "BabyAI-GoToObjS6-v1",
+    "BabyAI-GoToLocalS8N7-v0",
+    "BabyAI-GoToObjMazeS7-v0",
+    "BabyAI-GoToImpUnlock-v0",
+    "BabyAI-GoToSeqS5R2-v0",
+    "BabyAI-GoToRedBlueBall-v0",
+    "BabyAI-GoToDoor-v0",
+    "BabyAI-GoToObjDoor-v0",
+    "BabyAI-Open-v0",
+    "BabyAI-OpenRedDoor-v0",
+    "BabyAI-OpenDoorLoc-v0",
+    "BabyAI-OpenRedBlueDoorsDebug-v0",
+    "BabyAI-OpenDoorsOrderN4Debug-v0",
+    "BabyAI-Pickup-v0",
+    "BabyAI-UnblockPickup-v0",
+    "BabyAI-PickupLoc-v0",
+    "BabyAI-PickupDistDebug-v0",
+    "BabyAI-PickupAbove-v0",
+    "BabyAI-PutNextLocalS6N4-v0",
+    "BabyAI-PutNextS7N4Carrying-v0",
+    "BabyAI-Unlock-v0",
+    "BabyAI-UnlockLocalDist-v0",
+    "BabyAI-KeyInBox-v0",
+    "BabyAI-UnlockPickupDist-v0",
+    "BabyAI-BlockedUnlockPickup-v0",
+    "BabyAI-UnlockToUnlock-v0",
+    "BabyAI-ActionObjDoor-v0",
+    "BabyAI-FindObjS7-v0",
+    "BabyAI-KeyCorridorS6R3-v0",
+    "BabyAI-OneRoomS20-v0",
+    "BabyAI-MoveTwoAcrossS8N9-v0",
+    "BabyAI-SynthS5R2-v0",
+    "BabyAI-SynthLoc-v0",
+    "BabyAI-SynthSeq-v0",
+    "BabyAI-MiniBossLevel-v0",
+    "BabyAI-BossLevel-v0",
+    "BabyAI-BossLevelNoUnlock-v0",
 ]
 
 LEFT, RIGHT, FORWARD, PICKUP, DROP, TOGGLE = 0, 1, 2, 3, 4, 5  # minigrid's action numbers
@@ -89,8 +116,12 @@ def png_data_url(rgb) -> str:
     def chunk(tag: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
 
-    png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
-           + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b""))
+    png = (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(raw, 6))
+        + chunk(b"IEND", b"")
+    )
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
@@ -120,7 +151,9 @@ def bound_generation(env: gym.Env) -> gym.Env:
         g = u._gen
         g["placements"], g["attempts"] = 0, g["attempts"] + 1
         if g["attempts"] > MAX_ATTEMPTS or time.monotonic() - g["start"] > GEN_SECONDS:
-            raise LevelGenerationFailed(f"{g['attempts'] - 1} attempts in {time.monotonic() - g['start']:.1f} s")
+            raise LevelGenerationFailed(
+                f"{g['attempts'] - 1} attempts in {time.monotonic() - g['start']:.1f} s"
+            )
         return gen_mission(u)
 
     u.place_obj, u.gen_mission = bounded_place_obj, bounded_gen_mission
@@ -168,8 +201,10 @@ class BabyAIText:
             self.obs, _ = self.env.reset(seed=seed)
         except LevelGenerationFailed as e:
             self.env = None
-            raise EnvError(f"minigrid could not generate level {level} with seed {seed} (data_idx "
-                           f"{data_idx}): {e}; use another data_idx") from None
+            raise EnvError(
+                f"minigrid could not generate level {level} with seed {seed} (data_idx "
+                f"{data_idx}): {e}; use another data_idx"
+            ) from None
         self.score, self.done = 0.0, False
         self.task, self.history, self.shadow, self.plan = (level, seed), [], None, None
         self.last = self.describe()
@@ -180,8 +215,10 @@ class BabyAIText:
         if act == CHECK or act.startswith("check"):
             return self.answer(0.0, note="You can take the following actions: " + ", ".join(self.actions))
         if act not in self.actions:
-            return self.answer(0.0, note=f'"{act}" is not an available action; choose one of the '
-                               "available actions listed below.")
+            return self.answer(
+                0.0,
+                note=f'"{act}" is not an available action; choose one of the available actions listed below.',
+            )
         reward = 0.0
         for primitive in self.actions[act]:
             self.obs, r, terminated, truncated, _ = self.env.step(primitive)
@@ -215,8 +252,14 @@ class BabyAIText:
         obs = f"{note}\n{self.last}" if note else self.last
         if self.render:
             extra["frame"] = self.frame()
-        return {"observation": obs, "reward": reward, "score": self.score, "done": self.done,
-                "available_actions": list(self.actions), **extra}
+        return {
+            "observation": obs,
+            "reward": reward,
+            "score": self.score,
+            "done": self.done,
+            "available_actions": list(self.actions),
+            **extra,
+        }
 
     # --- what the agent sees --------------------------------------------------------------
 
@@ -260,11 +303,21 @@ class BabyAIText:
             parts.append(f"{o['name']}{state} {' and '.join(where)}")
         seen = "You see " + ", ".join(parts) + "." if parts else "You see no objects."
         front = u.grid.get(*map(int, u.front_pos))
-        front_text = "nothing" if front is None else "a wall" if front.type == "wall" else next(
-            (o["name"] for o in objects if o["pos"] == tuple(map(int, u.front_pos))), f"a {front.color} {front.type}")
+        front_text = (
+            "nothing"
+            if front is None
+            else "a wall"
+            if front.type == "wall"
+            else next(
+                (o["name"] for o in objects if o["pos"] == tuple(map(int, u.front_pos))),
+                f"a {front.color} {front.type}",
+            )
+        )
         carry = f"a {u.carrying.color} {u.carrying.type}" if u.carrying else "nothing"
-        return (f"{seen} In front of you: {front_text}. You carry {carry}.\n"
-                f"Available actions: {', '.join(self.actions)}.\nGoal: {self.obs['mission']}.")
+        return (
+            f"{seen} In front of you: {front_text}. You carry {carry}.\n"
+            f"Available actions: {', '.join(self.actions)}.\nGoal: {self.obs['mission']}."
+        )
 
     # --- the actions and their planner ----------------------------------------------------
 
@@ -282,8 +335,9 @@ class BabyAIText:
                 acts[f"go to {o['name']}"] = path
                 if o["obj"].is_open:
                     acts[f"go through {o['name']}"] = path + [FORWARD, FORWARD]
-                elif not o["obj"].is_locked or (u.carrying and u.carrying.type == "key"
-                                                and u.carrying.color == o["obj"].color):
+                elif not o["obj"].is_locked or (
+                    u.carrying and u.carrying.type == "key" and u.carrying.color == o["obj"].color
+                ):
                     acts[f"toggle and go through {o['name']}"] = path + [TOGGLE, FORWARD, FORWARD]
                 continue
             acts[f"go to {o['name']}"] = path
@@ -320,7 +374,6 @@ class BabyAIText:
                     parents[nxt] = (state, act)
                     queue.append(nxt)
         return None
-
 
     # --- the expert (POST /expert: the trainer's, never the agent's) ----------------------
 
@@ -368,7 +421,7 @@ class BabyAIText:
         if self.plan is not None:
             start, acts, sigs, solves = self.plan
             taken = self.history[start:]
-            if taken == acts[:len(taken)]:
+            if taken == acts[: len(taken)]:
                 return acts, sigs, solves
         _, bot = self.shadow_state()
         self.plan = (len(self.history), *simulate(copy.deepcopy(bot), self.shadow[3]))
@@ -415,14 +468,17 @@ class BabyAIText:
         goal = f"My goal is to {self.obs['mission']}."
         words = action.split()
         obj = " ".join(words[-3:-1]) if words and words[-1].isdigit() else ""
-        reasons = {"go to": f"The {obj} is where I need to be next, so I go to it.",
-                   "pickup": f"I need the {obj}, so I pick it up.",
-                   "go through": f"My way leads through the {obj}, so I go through it.",
-                   "toggle and": f"My way leads through the {obj}, so I open it and go through.",
-                   "turn left": "What I need is not ahead of me, so I turn left.",
-                   "turn right": "What I need is not ahead of me, so I turn right.",
-                   "move forward": "I move forward to get closer to what I need.",
-                   "drop": "I drop what I carry here.", "toggle": "I toggle what is in front of me."}
+        reasons = {
+            "go to": f"The {obj} is where I need to be next, so I go to it.",
+            "pickup": f"I need the {obj}, so I pick it up.",
+            "go through": f"My way leads through the {obj}, so I go through it.",
+            "toggle and": f"My way leads through the {obj}, so I open it and go through.",
+            "turn left": "What I need is not ahead of me, so I turn left.",
+            "turn right": "What I need is not ahead of me, so I turn right.",
+            "move forward": "I move forward to get closer to what I need.",
+            "drop": "I drop what I carry here.",
+            "toggle": "I toggle what is in front of me.",
+        }
         reason = next((r for k, r in reasons.items() if action.startswith(k)), "")
         return f"{goal} {reason}".strip()
 

@@ -23,7 +23,6 @@ from typing import Any, Callable
 log = logging.getLogger("servers")
 
 
-
 class CallTimeout(Exception):
     """An environment call overran its time limit (raised to the awaiting request)."""
 
@@ -105,15 +104,17 @@ class _Watchdog:
             with self.lock:  # the interrupt is sent holding the lock: disarm() cannot slip past it
                 if self.armed is not None and not self.fired and time.monotonic() >= self.armed[0]:
                     self.fired = True
-                    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.armed[1]),
-                                                               ctypes.py_object(_Interrupt))
+                    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                        ctypes.c_ulong(self.armed[1]), ctypes.py_object(_Interrupt)
+                    )
 
 
 WATCHDOG = _Watchdog()
 
 
-def run_inline(fns: list[Callable[[], Any]], limit: float,
-               abandoned: list[Callable[[Any], None]] | None = None) -> list[tuple[bool, Any]]:
+def run_inline(
+    fns: list[Callable[[], Any]], limit: float, abandoned: list[Callable[[Any], None]] | None = None
+) -> list[tuple[bool, Any]]:
     """`run_limited_many` on the calling thread (the event loop's), for environments whose calls
     are quick and pure Python (BabyAI, TextCraft): handing a call to another thread and back costs
     several times a step's own time. A call that overruns is interrupted by WATCHDOG (a call
@@ -140,9 +141,11 @@ def run_inline(fns: list[Callable[[], Any]], limit: float,
     return results
 
 
-async def run_limited_many(fns: list[Callable[[], Any]], limit: float,
-                           abandoned: list[Callable[[Any], None]] | None = None) -> list[tuple[bool, Any]]:
-    """Each of `fns` in turn on one worker thread (`_Workers`), each awaited for at most `limit` seconds from its start. Returns per fn (True, its
+async def run_limited_many(
+    fns: list[Callable[[], Any]], limit: float, abandoned: list[Callable[[Any], None]] | None = None
+) -> list[tuple[bool, Any]]:
+    """Each of `fns` in turn on one worker thread (`_Workers`), each awaited for at most `limit` seconds from
+    its start. Returns per fn (True, its
     value) or (False, the exception it raised, or CallTimeout if it overran). An overrun fn's
     thread is interrupted, whatever the fn still returns (None if it raised) goes to its
     `abandoned` callback, to close it, and the fns after it go on a new thread. The awaiting
@@ -153,7 +156,11 @@ async def run_limited_many(fns: list[Callable[[], Any]], limit: float,
         first = len(results)
         futs = {k: loop.create_future() for k in range(first, len(fns))}
         lock = threading.Lock()
-        state = {"finished": first - 1, "late": None, "thread": None}  # the last fn finished; the fn given up on
+        state = {
+            "finished": first - 1,
+            "late": None,
+            "thread": None,
+        }  # the last fn finished; the fn given up on
 
         def settle(fut, ok, value):
             if not fut.done():

@@ -41,7 +41,8 @@ What the table does for every environment, so that no environment repeats it:
     id is a 404 from then on) and closed as soon as the call returns; a call stuck in Python code
     is interrupted (an exception is raised in its thread; servers/calls.py). Each call runs on a
     worker thread and the endpoints are coroutines, so requests queued on one busy instance hold
-    no worker thread and never block other instances or `GET /`. (BabyAI's and TextCraft's steps, quick and pure
+    no worker thread and never block other instances or `GET /`. (BabyAI's and TextCraft's steps, quick and
+    pure
     Python, run on the event loop's own thread instead: `inline_calls` in build_app.)
   * `--max-instances N` caps the live instances: a /create beyond it is a 503 with `Retry-After`.
   * A /create whose client went away before the answer (its own time-out) is closed at once.
@@ -150,9 +151,13 @@ class SafeJSONResponse(JSONResponse):
         except TypeError:
             pass
         try:
-            return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
+            return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode(
+                "utf-8"
+            )
         except (UnicodeEncodeError, ValueError):
-            return json.dumps(_finite(content), ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode()
+            return json.dumps(
+                _finite(content), ensure_ascii=True, allow_nan=False, separators=(",", ":")
+            ).encode()
 
 
 def error(status: int, message: str, headers: dict | None = None) -> SafeJSONResponse:
@@ -207,7 +212,8 @@ class HeaderLimit:
             size = sum(len(k) + len(v) for k, v in scope["headers"])
             if size > MAX_HEADER_BYTES:
                 return await error(431, f"request headers of {size} bytes; at most {MAX_HEADER_BYTES}")(
-                    scope, receive, send)
+                    scope, receive, send
+                )
         return await self.app(scope, receive, send)
 
 
@@ -332,8 +338,13 @@ class Instance:
 
 
 class InstanceTable:
-    def __init__(self, make_env: Callable[..., object], max_instances: int | None = None,
-                 time_limit: float = TIME_LIMIT, inline: bool = False):
+    def __init__(
+        self,
+        make_env: Callable[..., object],
+        max_instances: int | None = None,
+        time_limit: float = TIME_LIMIT,
+        inline: bool = False,
+    ):
         self.make_env, self.max_instances, self.time_limit = make_env, max_instances, time_limit
         self.inline = inline  # steps and observations on the event loop's thread (run_inline)
         self.envs: dict[int, Instance] = {}
@@ -345,14 +356,22 @@ class InstanceTable:
 
     async def create(self, **kwargs) -> int:
         if self.max_instances is not None and len(self.envs) + self._pending >= self.max_instances:
-            raise EnvError(f"this server holds its maximum of {self.max_instances} instances; close one "
-                           f"or retry later", 503, headers={"Retry-After": str(RETRY_AFTER)})
+            raise EnvError(
+                f"this server holds its maximum of {self.max_instances} instances; close one or retry later",
+                503,
+                headers={"Retry-After": str(RETRY_AFTER)},
+            )
         self._pending += 1
         try:
-            env = await run_limited(lambda: self.make_env(**kwargs), self.time_limit, abandoned=_close_quietly)
+            env = await run_limited(
+                lambda: self.make_env(**kwargs), self.time_limit, abandoned=_close_quietly
+            )
         except CallTimeout:
-            raise EnvError(f"creating an instance took longer than {self.time_limit:g} s; it was "
-                           "abandoned (and will be closed)", 504) from None
+            raise EnvError(
+                f"creating an instance took longer than {self.time_limit:g} s; it was "
+                "abandoned (and will be closed)",
+                504,
+            ) from None
         finally:
             self._pending -= 1
         i = next(self._ids)
@@ -376,8 +395,11 @@ class InstanceTable:
         environment calls run, each under the time limit, on worker threads side by side
         (run_limited_many), or one after another on this thread for an `inline` table's steps.
         Per call: its answer, or the exception it ended with (EnvError for 4xx/5xx)."""
-        entered = await asyncio.gather(*(self._enter(i, m) for i, m, _ in calls), return_exceptions=True) \
-            if len(calls) != 1 else [await _caught(self._enter(*calls[0][:2]))]  # (one: no task for it)
+        entered = (
+            await asyncio.gather(*(self._enter(i, m) for i, m, _ in calls), return_exceptions=True)
+            if len(calls) != 1
+            else [await _caught(self._enter(*calls[0][:2]))]
+        )  # (one: no task for it)
         run = [k for k, e in enumerate(entered) if isinstance(e, Instance)]
         out = list(entered)  # the early answers (a step after the end) and errors stay as they are
         try:
@@ -387,15 +409,23 @@ class InstanceTable:
             if inline:
                 outcomes = run_inline(fns, self.time_limit, closers)
             else:  # each on a worker thread of its own: slow steps (a JVM, a browser) overlap
-                outcomes = [o for out in await asyncio.gather(*(
-                    run_limited_many([f], self.time_limit, [c]) for f, c in zip(fns, closers))) for o in out]
+                outcomes = [
+                    o
+                    for out in await asyncio.gather(
+                        *(run_limited_many([f], self.time_limit, [c]) for f, c in zip(fns, closers))
+                    )
+                    for o in out
+                ]
             for k, (ok, value) in zip(run, outcomes):
                 inst, (i, method, _) = entered[k], calls[k]
                 if isinstance(value, CallTimeout):
                     if self.envs.get(i) is inst:
                         del self.envs[i]
-                    value = EnvError(f"{method} on instance {i} did not finish within {self.time_limit:g} s; "
-                                     "the instance was closed (create a new one)", 504)
+                    value = EnvError(
+                        f"{method} on instance {i} did not finish within {self.time_limit:g} s; "
+                        "the instance was closed (create a new one)",
+                        504,
+                    )
                 elif ok and method in ("reset", "step") and isinstance(value, dict):
                     inst.ready, inst.done, inst.last = True, bool(value.get("done")), value
                 out[k] = value
@@ -414,8 +444,11 @@ class InstanceTable:
             else:
                 await inst.lock.acquire()
         except asyncio.TimeoutError:
-            raise EnvError(f"instance {i} stayed busy with earlier requests for {self.time_limit:g} s; "
-                           "retry later", 503, headers={"Retry-After": str(RETRY_AFTER)}) from None
+            raise EnvError(
+                f"instance {i} stayed busy with earlier requests for {self.time_limit:g} s; retry later",
+                503,
+                headers={"Retry-After": str(RETRY_AFTER)},
+            ) from None
         try:
             if self.envs.get(i) is not inst:  # closed or dropped while this request waited
                 raise EnvError(f"no environment instance with id {i} (it was closed)", 404)
@@ -515,10 +548,16 @@ def both_dialects(answer):
     return answer
 
 
-def build_app(title: str, make_env: Callable[..., object], create_keys: tuple[str, ...] = (),
-              ignored_create_keys: tuple[str, ...] = (), bare_create_id: bool = False,
-              max_instances: int | None = None, time_limit: float = TIME_LIMIT,
-              inline_calls: bool = False) -> FastAPI:
+def build_app(
+    title: str,
+    make_env: Callable[..., object],
+    create_keys: tuple[str, ...] = (),
+    ignored_create_keys: tuple[str, ...] = (),
+    bare_create_id: bool = False,
+    max_instances: int | None = None,
+    time_limit: float = TIME_LIMIT,
+    inline_calls: bool = False,
+) -> FastAPI:
     """The endpoints of both dialects over a table of `make_env(**kwargs)` instances.
 
     create_keys          /create body keys passed on to `make_env` (TextCraft's `commands`, `goal`),
@@ -547,8 +586,12 @@ def build_app(title: str, make_env: Callable[..., object], create_keys: tuple[st
 
     # No OpenTelemetry: FastAPI would otherwise look up the global tracer, meter and logger
     # providers on every request (a tenth of a TextCraft step's server CPU) for spans nobody collects.
-    app = FastAPI(title=title, lifespan=lifespan, default_response_class=SafeJSONResponse,
-                  telemetry={"tracing": False, "metrics": False, "logs": False})
+    app = FastAPI(
+        title=title,
+        lifespan=lifespan,
+        default_response_class=SafeJSONResponse,
+        telemetry={"tracing": False, "metrics": False, "logs": False},
+    )
     app.state.table = table
     app.add_middleware(CatchAll)
     app.add_middleware(HeaderLimit)  # the outermost: an oversized request reaches nothing else
@@ -577,12 +620,15 @@ def build_app(title: str, make_env: Callable[..., object], create_keys: tuple[st
         given = dict(body.model_extra or {}) if body is not None else {}
         unknown = sorted(set(given) - set(create_keys) - set(ignored_create_keys))
         if unknown:
-            raise EnvError(f"/create takes {sorted(create_keys + ignored_create_keys) or 'no keys'}, "
-                           f"not {unknown}", 422)
+            raise EnvError(
+                f"/create takes {sorted(create_keys + ignored_create_keys) or 'no keys'}, not {unknown}", 422
+            )
         try:
             args = CreateArgs(**{k: v for k, v in given.items() if k in create_keys})
         except ValidationError as e:
-            raise EnvError(describe_validation(e.errors()).replace("invalid request", "invalid /create body"), 422)
+            raise EnvError(
+                describe_validation(e.errors()).replace("invalid request", "invalid /create body"), 422
+            ) from None
         i = await table.create(**{k: getattr(args, k) for k in args.model_fields_set})
         if await request.is_disconnected():  # the client gave up waiting: nobody will close it
             await table.close(i)
@@ -612,8 +658,10 @@ def build_app(title: str, make_env: Callable[..., object], create_keys: tuple[st
         return SafeJSONResponse(await call_batch(table, [(b.instance, "step", b.action) for b in body]))
 
     @app.get("/observation")
-    async def observation(id: Annotated[int | None, Query(ge=0, le=MAX_ID)] = None,
-                          env_idx: Annotated[int | None, Query(ge=0, le=MAX_ID)] = None):
+    async def observation(
+        id: Annotated[int | None, Query(ge=0, le=MAX_ID)] = None,
+        env_idx: Annotated[int | None, Query(ge=0, le=MAX_ID)] = None,
+    ):
         if id is None and env_idx is None:
             raise EnvError("give the instance as ?id=N (or ?env_idx=N)", 422)
         return await table.call(env_idx if env_idx is not None else id, "observation")
@@ -650,6 +698,7 @@ def descendants(pid: int) -> list[int]:
 
 def _force_exit_after(grace: float) -> None:
     """After `grace` seconds: kill this process's children and exit, whatever is still running."""
+
     def watchdog():
         time.sleep(grace)
         log.warning("shutdown took longer than %g s: killing child processes and exiting", grace)
@@ -679,11 +728,19 @@ def serve(app: FastAPI, argv=None, description: str = "") -> None:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (loopback by default)")
     parser.add_argument("--port", type=int, default=36001, help="port to listen on")
     parser.add_argument("--log-level", default="warning", help="uvicorn log level")
-    parser.add_argument("--max-instances", type=int, default=table.max_instances,
-                        help="most live instances; /create beyond it is a 503 with Retry-After "
-                             f"(default {table.max_instances or 'no limit'})")
-    parser.add_argument("--time-limit", type=float, default=table.time_limit,
-                        help="seconds an environment call may take before its instance is dropped")
+    parser.add_argument(
+        "--max-instances",
+        type=int,
+        default=table.max_instances,
+        help="most live instances; /create beyond it is a 503 with Retry-After "
+        f"(default {table.max_instances or 'no limit'})",
+    )
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=table.time_limit,
+        help="seconds an environment call may take before its instance is dropped",
+    )
     args = parser.parse_args(argv)
     table.max_instances, table.time_limit = args.max_instances, args.time_limit
     logging.basicConfig(level=args.log_level.upper())
@@ -692,7 +749,16 @@ def serve(app: FastAPI, argv=None, description: str = "") -> None:
     # No access log, no proxy-header rewriting (no proxy sits in front of a local server), no
     # `server`/`date` headers: each is measurable CPU per request at a thousand requests per second.
     # uvicorn picks uvloop and httptools (requirements.txt) when they are installed.
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, access_log=False,
-                            proxy_headers=False, server_header=False, date_header=False,
-                            timeout_graceful_shutdown=SHUTDOWN_GRACE / 2, timeout_keep_alive=KEEP_ALIVE)
+    config = uvicorn.Config(
+        app,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        access_log=False,
+        proxy_headers=False,
+        server_header=False,
+        date_header=False,
+        timeout_graceful_shutdown=SHUTDOWN_GRACE / 2,
+        timeout_keep_alive=KEEP_ALIVE,
+    )
     _Server(config).run()

@@ -34,7 +34,8 @@ The expert (`POST /expert`, servers/common.py; the trainer's, never the agent's)
 ScienceWorld's own gold path of the loaded variation (`getGoldActionSequence`). Generating it takes
 3-30 s, so it happens only when the expert is first asked about a variation (the path is then kept
 by this process): the task is loaded again with `generateGoldPath` and the episode's actions are
-replayed (a variation's world is the same at every load), so the agent's state is unchanged. The expert answers the gold action after the
+replayed (a variation's world is the same at every load), so the agent's state is unchanged. The expert
+answers the gold action after the
 last one the agent followed; pure observations (`look ...`, `inventory`, `task`) between them do
 not leave the path, any other action does: from then on the expert still answers the next gold
 action, with `on_path: false` (it may no longer apply). Past the gold path's end it answers `look
@@ -93,8 +94,11 @@ TASKS = [
 EXCLUDED = ("5-1", "5-2", "9-1", "9-2", "9-3", "10-1", "10-2")  # AgentGym's exceptions
 
 # AgentGym's flat list: data_idx -> (task name, variation, split).
-GAMES = [(name, v, "train" if v < n_train else "dev" if v < n_train + n_dev else "test")
-         for _, name, n, n_train, n_dev in TASKS for v in range(n)]
+GAMES = [
+    (name, v, "train" if v < n_train else "dev" if v < n_train + n_dev else "test")
+    for _, name, n, n_train, n_dev in TASKS
+    for v in range(n)
+]
 
 MAX_MOVES = 100  # ScienceWorld's default envStepLimit, which AgentGym keeps
 CHECK = "check valid actions"
@@ -154,9 +158,12 @@ class SciWorldEnv:
 
     def _dead(self) -> EnvError:
         code = self.jvm.poll() if self.sim is not None else None
-        return EnvError(f"the ScienceWorld JVM of this instance (pid {self.jvm.pid}) is not running "
-                        f"(exit code {code}); reset this instance to start a fresh one, or create a new "
-                        "instance", 503)
+        return EnvError(
+            f"the ScienceWorld JVM of this instance (pid {self.jvm.pid}) is not running "
+            f"(exit code {code}); reset this instance to start a fresh one, or create a new "
+            "instance",
+            503,
+        )
 
     def _call(self, method: str, *args):
         """A call into the simulator that turns a dead JVM into a clear 503 error."""
@@ -186,8 +193,14 @@ class SciWorldEnv:
         # AgentGym's first move after loading. As on AgentGym's server, `observation` is its answer
         # alone: AgentGym's client (and envs.py) show `task_description + "\n" + observation`.
         answer = self.step("look around")
-        return {**answer, "category": name, "task_name": name, "var_num": variation, "split": split,
-                "task_description": self.task_description}
+        return {
+            **answer,
+            "category": name,
+            "task_name": name,
+            "var_num": variation,
+            "split": split,
+            "task_description": self.task_description,
+        }
 
     def step(self, action: str) -> dict:
         # (servers/common.py answers a step before reset or after the end)
@@ -211,8 +224,14 @@ class SciWorldEnv:
         self._stop_jvm()
 
     def answer(self, observation: str, reward: float) -> dict:
-        return {"observation": observation, "reward": reward, "score": self.score, "done": self.done,
-                "failed": self.failed, "moves": self.moves}
+        return {
+            "observation": observation,
+            "reward": reward,
+            "score": self.score,
+            "done": self.done,
+            "failed": self.failed,
+            "moves": self.moves,
+        }
 
     # --- the expert (POST /expert: the trainer's, never the agent's) ----------------------
 
@@ -223,8 +242,11 @@ class SciWorldEnv:
             self.gold = self._gold_path()
         pos, on_path = follow(self.gold, self.history[1:])  # (history[0]: the reset's `look around`)
         if pos >= len(self.gold):
-            return {"action": "look around", "on_path": False,
-                    "thought": "My plan is done but the task is not; I look around."}
+            return {
+                "action": "look around",
+                "on_path": False,
+                "thought": "My plan is done but the task is not; I look around.",
+            }
         action = self.gold[pos]
         return {"action": action, "thought": gold_thought(action), "on_path": on_path}
 
@@ -254,9 +276,11 @@ class SciWorldEnv:
 
     def action_hint(self) -> dict:
         self._need_game()
-        return {"possible_actions": list(self._call("getPossibleActions")),
-                "possible_objects": list(self._call("getPossibleObjects")),
-                "valid_actions": self.valid_actions()}
+        return {
+            "possible_actions": list(self._call("getPossibleActions")),
+            "possible_objects": list(self._call("getPossibleObjects")),
+            "valid_actions": self.valid_actions(),
+        }
 
     def goals(self) -> dict:
         self._need_game()
@@ -268,9 +292,17 @@ class SciWorldEnv:
 
     def detail(self) -> dict:
         name, variation, split = self.game or (None, None, None)
-        return {"task_name": name, "var_num": variation, "split": split, "score": self.score,
-                "done": self.done, "failed": self.failed, "moves": self.moves,
-                "jvm_pid": self.jvm.pid if self.sim is not None else None, "jvm_alive": self.alive()}
+        return {
+            "task_name": name,
+            "var_num": variation,
+            "split": split,
+            "score": self.score,
+            "done": self.done,
+            "failed": self.failed,
+            "moves": self.moves,
+            "jvm_pid": self.jvm.pid if self.sim is not None else None,
+            "jvm_alive": self.alive(),
+        }
 
     def _need_game(self) -> None:
         if self.game is None:
@@ -292,16 +324,23 @@ def follow(gold: list[str], taken: list[str]) -> tuple[int, bool]:
 
 def gold_thought(action: str) -> str:
     """A short reason for a gold action, from its verb."""
-    for verb, why in [("focus on ", "The task is about the {}, so I focus on it."),
-                      ("go to ", "I need to be in the {} next."),
-                      ("pick up ", "I need the {}, so I pick it up."),
-                      ("open ", "I open the {} to get through or see inside."),
-                      ("move ", "I move {} as the task needs."), ("pour ", "I pour {}."),
-                      ("activate ", "I turn on the {}."), ("deactivate ", "I turn off the {}."),
-                      ("look at ", "I examine the {}."), ("use ", "I use {}."), ("connect ", "I connect {}."),
-                      ("mix ", "I mix the {}."), ("read ", "I read the {}.")]:
+    for verb, why in [
+        ("focus on ", "The task is about the {}, so I focus on it."),
+        ("go to ", "I need to be in the {} next."),
+        ("pick up ", "I need the {}, so I pick it up."),
+        ("open ", "I open the {} to get through or see inside."),
+        ("move ", "I move {} as the task needs."),
+        ("pour ", "I pour {}."),
+        ("activate ", "I turn on the {}."),
+        ("deactivate ", "I turn off the {}."),
+        ("look at ", "I examine the {}."),
+        ("use ", "I use {}."),
+        ("connect ", "I connect {}."),
+        ("mix ", "I mix the {}."),
+        ("read ", "I read the {}."),
+    ]:
         if action.startswith(verb):
-            return why.format(action[len(verb):])
+            return why.format(action[len(verb) :])
     if action == "look around":
         return "I look around to see what is here."
     if action.startswith("wait"):

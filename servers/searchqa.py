@@ -84,15 +84,52 @@ def parse_reply(reply: str) -> tuple[str, str] | None:
     return (m.group(1), m.group(2).strip()) if m else None
 
 
-INVALID = ("Your reply holds no complete tag. To search, put a query between <search> and "
-           "</search>; to give the final answer, put it between <answer> and </answer>.")
+INVALID = (
+    "Your reply holds no complete tag. To search, put a query between <search> and "
+    "</search>; to give the final answer, put it between <answer> and </answer>."
+)
 
 # Capitalised runs of words (names) and years: the candidates a small policy may search or answer.
-_MENTION = re.compile(r"[A-ZÀ-Þ][\w'\-]*(?:[ ](?:(?:of|the|de|la|du|del|von|van)[ ]){0,2}[A-ZÀ-Þ][\w'\-]*)*"
-                      r"|\b\d{4}\b")  # "Champ de Mars", "Bank of the North", years
-_STARTERS = {"The", "A", "An", "In", "On", "At", "Of", "For", "He", "She", "It", "Its", "His",
-             "Her", "They", "Their", "Who", "What", "Which", "Where", "When", "How", "Why", "Is",
-             "Was", "Are", "Did", "Does", "This", "That", "These", "Title", "Doc", "Question"}
+_MENTION = re.compile(
+    r"[A-ZÀ-Þ][\w'\-]*(?:[ ](?:(?:of|the|de|la|du|del|von|van)[ ]){0,2}[A-ZÀ-Þ][\w'\-]*)*"
+    r"|\b\d{4}\b"
+)  # "Champ de Mars", "Bank of the North", years
+_STARTERS = {
+    "The",
+    "A",
+    "An",
+    "In",
+    "On",
+    "At",
+    "Of",
+    "For",
+    "He",
+    "She",
+    "It",
+    "Its",
+    "His",
+    "Her",
+    "They",
+    "Their",
+    "Who",
+    "What",
+    "Which",
+    "Where",
+    "When",
+    "How",
+    "Why",
+    "Is",
+    "Was",
+    "Are",
+    "Did",
+    "Does",
+    "This",
+    "That",
+    "These",
+    "Title",
+    "Doc",
+    "Question",
+}
 
 
 def mentions(text: str) -> list[str]:
@@ -194,8 +231,12 @@ class DenseRetriever:
             self.emb = np.load(path)
         else:
             prefix = "passage: " if self.e5 else ""
-            self.emb = np.concatenate([self.encode([prefix + p for p in passages[i:i + batch_size]])
-                                       for i in range(0, len(passages), batch_size)])
+            self.emb = np.concatenate(
+                [
+                    self.encode([prefix + p for p in passages[i : i + batch_size]])
+                    for i in range(0, len(passages), batch_size)
+                ]
+            )
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             np.save(path, self.emb)
 
@@ -224,9 +265,14 @@ class DenseRetriever:
 
 def config_from_env() -> dict:
     e = os.environ.get
-    return {"corpus": e("SEARCHQA_CORPUS") or None, "qa": e("SEARCHQA_QA") or None,
-            "retriever": e("SEARCHQA_RETRIEVER", "bm25"), "dense_model": e("SEARCHQA_DENSE_MODEL"),
-            "seed": int(e("SEARCHQA_SEED", "0")), "passages": int(e("SEARCHQA_PASSAGES", "1500"))}
+    return {
+        "corpus": e("SEARCHQA_CORPUS") or None,
+        "qa": e("SEARCHQA_QA") or None,
+        "retriever": e("SEARCHQA_RETRIEVER", "bm25"),
+        "dense_model": e("SEARCHQA_DENSE_MODEL"),
+        "seed": int(e("SEARCHQA_SEED", "0")),
+        "passages": int(e("SEARCHQA_PASSAGES", "1500")),
+    }
 
 
 class World:
@@ -308,8 +354,15 @@ class SearchQAEnv:
 
     def answer(self, reward: float, note: str = "", **extra) -> dict:
         obs = f"{note}\n{self.obs}" if note else self.obs
-        return {"observation": obs, "reward": reward, "score": reward, "done": self.done,
-                "question": self.q["question"], "available_actions": self.available_actions(), **extra}
+        return {
+            "observation": obs,
+            "reward": reward,
+            "score": reward,
+            "done": self.done,
+            "question": self.q["question"],
+            "available_actions": self.available_actions(),
+            **extra,
+        }
 
     def expert(self) -> dict:
         """{"action", "thought"}: the next hop to search, or the gold answer once all are searched."""
@@ -347,8 +400,9 @@ class SearchQAEnv:
             if key and key not in asked and key not in self.answered and key not in seen:
                 seen.add(key)
                 answers.append(text)
-        return ([f"<search>{s}</search>" for s in searches[:MAX_SEARCHES]]
-                + [f"<answer>{a}</answer>" for a in answers[:MAX_ANSWERS]])
+        return [f"<search>{s}</search>" for s in searches[:MAX_SEARCHES]] + [
+            f"<answer>{a}</answer>" for a in answers[:MAX_ANSWERS]
+        ]
 
 
 # AgentGym's client sends {"id": 0} to /create (its server pre-fetches that question) and uses the
@@ -362,19 +416,34 @@ def main(argv=None) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (loopback by default)")
     p.add_argument("--port", type=int, default=36001, help="port to listen on")
     p.add_argument("--log-level", default="warning", help="uvicorn log level")
-    p.add_argument("--corpus", default=env["corpus"],
-                   help="JSONL corpus of {id, contents}; default: the generated encyclopedia")
-    p.add_argument("--qa", default=env["qa"],
-                   help="QA sources, comma-separated: .jsonl, .parquet or hf:NAME[:CONFIG[:SPLIT]]")
+    p.add_argument(
+        "--corpus",
+        default=env["corpus"],
+        help="JSONL corpus of {id, contents}; default: the generated encyclopedia",
+    )
+    p.add_argument(
+        "--qa",
+        default=env["qa"],
+        help="QA sources, comma-separated: .jsonl, .parquet or hf:NAME[:CONFIG[:SPLIT]]",
+    )
     p.add_argument("--retriever", default=env["retriever"], choices=["bm25", "dense"], help="search engine")
-    p.add_argument("--dense-model", default=env["dense_model"],
-                   help="encoder for --retriever dense, a local path or a name (e.g. intfloat/e5-base-v2)")
+    p.add_argument(
+        "--dense-model",
+        default=env["dense_model"],
+        help="encoder for --retriever dense, a local path or a name (e.g. intfloat/e5-base-v2)",
+    )
     p.add_argument("--seed", type=int, default=env["seed"], help="seed of the generated world")
     p.add_argument("--passages", type=int, default=env["passages"], help="size of the generated corpus")
     a = p.parse_args(argv)
     # Load before listening: the server answers only once the index is ready.
-    world(corpus=a.corpus, qa=a.qa, retriever=a.retriever, dense_model=a.dense_model, seed=a.seed,
-          passages=a.passages)
+    world(
+        corpus=a.corpus,
+        qa=a.qa,
+        retriever=a.retriever,
+        dense_model=a.dense_model,
+        seed=a.seed,
+        passages=a.passages,
+    )
     serve(app, ["--host", a.host, "--port", str(a.port), "--log-level", a.log_level])
 
 

@@ -37,14 +37,62 @@ CACHE = os.path.expanduser(os.environ.get("SEARCHQA_CACHE", "~/.cache/agentgym-r
 # (b) The fictional encyclopedia
 # ---------------------------------------------------------------------------------------------
 
-ONSETS = ["b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "kr",
-          "st", "th", "sh", "gr", "tr"]
+ONSETS = [
+    "b",
+    "d",
+    "f",
+    "g",
+    "k",
+    "l",
+    "m",
+    "n",
+    "p",
+    "r",
+    "s",
+    "t",
+    "v",
+    "z",
+    "br",
+    "dr",
+    "kr",
+    "st",
+    "th",
+    "sh",
+    "gr",
+    "tr",
+]
 VOWELS = ["a", "e", "i", "o", "u", "ai", "ei", "ou"]
 CODAS = ["", "", "", "n", "r", "l", "s", "m", "k"]
-PROFESSIONS = ["painter", "engineer", "poet", "physician", "architect", "composer", "chemist",
-               "judge", "sculptor", "astronomer", "novelist", "merchant", "botanist", "diplomat"]
-ORG_KINDS = ["Institute", "Company", "Bank", "Orchestra", "University", "Foundation", "Society",
-             "Museum", "Press", "Railway", "Observatory", "Guild"]
+PROFESSIONS = [
+    "painter",
+    "engineer",
+    "poet",
+    "physician",
+    "architect",
+    "composer",
+    "chemist",
+    "judge",
+    "sculptor",
+    "astronomer",
+    "novelist",
+    "merchant",
+    "botanist",
+    "diplomat",
+]
+ORG_KINDS = [
+    "Institute",
+    "Company",
+    "Bank",
+    "Orchestra",
+    "University",
+    "Foundation",
+    "Society",
+    "Museum",
+    "Press",
+    "Railway",
+    "Observatory",
+    "Guild",
+]
 INDUSTRIES = ["textile", "glass", "shipbuilding", "wine", "printing", "copper", "silk", "clock"]
 
 
@@ -59,15 +107,17 @@ class _Names:
         while True:  # two syllables while they last, then three
             tries += 1
             n = 2 if tries < 20 else 3
-            w = "".join(self.rng.choice(ONSETS) + self.rng.choice(VOWELS) + self.rng.choice(CODAS)
-                        for _ in range(n))
+            w = "".join(
+                self.rng.choice(ONSETS) + self.rng.choice(VOWELS) + self.rng.choice(CODAS) for _ in range(n)
+            )
             if len(w) >= 5 and w not in self.used:
                 self.used.add(w)
                 return w.capitalize()
 
 
-def generate(seed: int = 0, n_passages: int = 1500, n_questions: int = 3000,
-             test_fraction: float = 0.2) -> tuple[list[dict], list[dict]]:
+def generate(
+    seed: int = 0, n_passages: int = 1500, n_questions: int = 3000, test_fraction: float = 0.2
+) -> tuple[list[dict], list[dict]]:
     """The fictional world of about `n_passages` entities, and `n_questions` questions about it."""
     rng = random.Random(seed)
     names = _Names(rng)
@@ -77,19 +127,41 @@ def generate(seed: int = 0, n_passages: int = 1500, n_questions: int = 3000,
     n_people = max(n_orgs + n_cities, n_passages - n_countries - n_cities - n_orgs)
     first_names = [names.word() for _ in range(max(50, n_people // 20))]
 
-    countries = [{"name": names.word() + rng.choice(["ia", "land", "ora"]),
-                  "year": rng.randint(1200, 1950), "pop": rng.randint(1, 90)} for _ in range(n_countries)]
-    cities = [{"name": names.word(), "country": i % n_countries, "year": rng.randint(900, 1900),
-               "industry": rng.choice(INDUSTRIES)} for i in range(n_cities)]
+    countries = [
+        {
+            "name": names.word() + rng.choice(["ia", "land", "ora"]),
+            "year": rng.randint(1200, 1950),
+            "pop": rng.randint(1, 90),
+        }
+        for _ in range(n_countries)
+    ]
+    cities = [
+        {
+            "name": names.word(),
+            "country": i % n_countries,
+            "year": rng.randint(900, 1900),
+            "industry": rng.choice(INDUSTRIES),
+        }
+        for i in range(n_cities)
+    ]
     for c, country in enumerate(countries):
         country["capital"] = c  # city c is in country c % n_countries == c: the first one
-    people = [{"name": f"{rng.choice(first_names)} {names.word()}", "he": rng.choice(["He", "She"]),
-               "city": rng.randrange(n_cities), "year": rng.randint(1800, 1990),
-               "job": rng.choice(PROFESSIONS), "spouse": None, "states_marriage": False, "org": None}
-              for _ in range(n_people)]
+    people = [
+        {
+            "name": f"{rng.choice(first_names)} {names.word()}",
+            "he": rng.choice(["He", "She"]),
+            "city": rng.randrange(n_cities),
+            "year": rng.randint(1800, 1990),
+            "job": rng.choice(PROFESSIONS),
+            "spouse": None,
+            "states_marriage": False,
+            "org": None,
+        }
+        for _ in range(n_people)
+    ]
     order = list(range(n_people))
     rng.shuffle(order)
-    for a, b in zip(order[0:n_people // 2:2], order[1:n_people // 2:2]):  # half of them married
+    for a, b in zip(order[0 : n_people // 2 : 2], order[1 : n_people // 2 : 2]):  # half of them married
         people[a]["spouse"], people[b]["spouse"] = b, a
         people[a]["states_marriage"], people[b]["states_marriage"] = True, False
     rng.shuffle(order)
@@ -97,37 +169,55 @@ def generate(seed: int = 0, n_passages: int = 1500, n_questions: int = 3000,
     for o in range(n_orgs):  # distinct founders: "the organisation founded by P" is unique
         founder = order[o]
         people[founder]["org"] = o
-        orgs.append({"name": f"{names.word()} {rng.choice(ORG_KINDS)}", "founder": founder,
-                     "city": rng.randrange(n_cities), "year": rng.randint(1700, 2000)})
+        orgs.append(
+            {
+                "name": f"{names.word()} {rng.choice(ORG_KINDS)}",
+                "founder": founder,
+                "city": rng.randrange(n_cities),
+                "year": rng.randint(1700, 2000),
+            }
+        )
     for c, city in enumerate(cities):  # distinct mayors, none of them a founder
         city["mayor"] = order[n_orgs + c]
 
     def country_text(c):
         x = countries[c]
-        return (f"{x['name']} is a country with a population of {x['pop']} million. Its capital is "
-                f"{cities[x['capital']]['name']}. It declared independence in {x['year']}.")
+        return (
+            f"{x['name']} is a country with a population of {x['pop']} million. Its capital is "
+            f"{cities[x['capital']]['name']}. It declared independence in {x['year']}."
+        )
 
     def city_text(c):
         x = cities[c]
-        return (f"{x['name']} is a city in {countries[x['country']]['name']}, founded in {x['year']}. "
-                f"Its mayor is {people[x['mayor']]['name']}. It is known for its {x['industry']} industry.")
+        return (
+            f"{x['name']} is a city in {countries[x['country']]['name']}, founded in {x['year']}. "
+            f"Its mayor is {people[x['mayor']]['name']}. It is known for its {x['industry']} industry."
+        )
 
     def person_text(p):
         x = people[p]
-        s = (f"{x['name']} (born {x['year']}) is {'an' if x['job'][0] in 'aeiou' else 'a'} {x['job']} "
-             f"born in {cities[x['city']]['name']}.")
+        s = (
+            f"{x['name']} (born {x['year']}) is {'an' if x['job'][0] in 'aeiou' else 'a'} {x['job']} "
+            f"born in {cities[x['city']]['name']}."
+        )
         if x["spouse"] is not None and x["states_marriage"]:
             s += f" {x['he']} is married to {people[x['spouse']]['name']}."
         return s
 
     def org_text(o):
         x = orgs[o]
-        return (f"{x['name']} is an organisation headquartered in {cities[x['city']]['name']}. It was "
-                f"founded in {x['year']} by {people[x['founder']]['name']}.")
+        return (
+            f"{x['name']} is an organisation headquartered in {cities[x['city']]['name']}. It was "
+            f"founded in {x['year']} by {people[x['founder']]['name']}."
+        )
 
     corpus = []
-    for kind, items, text in [("country", countries, country_text), ("city", cities, city_text),
-                              ("person", people, person_text), ("org", orgs, org_text)]:
+    for kind, items, text in [
+        ("country", countries, country_text),
+        ("city", cities, city_text),
+        ("person", people, person_text),
+        ("org", orgs, org_text),
+    ]:
         for i, x in enumerate(items):
             corpus.append({"id": f"{kind}-{i}", "contents": f'"{x["name"]}"\n{text(i)}'})
 
@@ -135,36 +225,102 @@ def generate(seed: int = 0, n_passages: int = 1500, n_questions: int = 3000,
     # entity the question names; the path lists the passages the agent must read, in order.
     P, C, O, K = people, cities, orgs, countries
     templates = {
-        1: [("In which city was {} born?", "person", lambda p: True,
-             lambda p: (C[P[p]["city"]]["name"], [P[p]["name"]])),
-            ("Who founded {}?", "org", lambda o: True,
-             lambda o: (P[O[o]["founder"]]["name"], [O[o]["name"]])),
-            ("In which country is {}?", "city", lambda c: True,
-             lambda c: (K[C[c]["country"]]["name"], [C[c]["name"]])),
-            ("In what year was {} founded?", "org", lambda o: True,
-             lambda o: (str(O[o]["year"]), [O[o]["name"]])),
-            ("Who is the mayor of {}?", "city", lambda c: True,
-             lambda c: (P[C[c]["mayor"]]["name"], [C[c]["name"]]))],
-        2: [("In which country was {} born?", "person", lambda p: True,
-             lambda p: (K[C[P[p]["city"]]["country"]]["name"], [P[p]["name"], C[P[p]["city"]]["name"]])),
-            ("In which city was the founder of {} born?", "org", lambda o: True,
-             lambda o: (C[P[O[o]["founder"]]["city"]]["name"], [O[o]["name"], P[O[o]["founder"]]["name"]])),
-            ("Who is the mayor of the city where {} was born?", "person", lambda p: True,
-             lambda p: (P[C[P[p]["city"]]["mayor"]]["name"], [P[p]["name"], C[P[p]["city"]]["name"]])),
-            ("In which country is {} headquartered?", "org", lambda o: True,
-             lambda o: (K[C[O[o]["city"]]["country"]]["name"], [O[o]["name"], C[O[o]["city"]]["name"]]))],
-        3: [("In which country was the founder of {} born?", "org", lambda o: True,
-             lambda o: (K[C[P[O[o]["founder"]]["city"]]["country"]]["name"],
-                        [O[o]["name"], P[O[o]["founder"]]["name"], C[P[O[o]["founder"]]["city"]]["name"]])),
-            ("What is the capital of the country where {} was born?", "person", lambda p: True,
-             lambda p: (C[K[C[P[p]["city"]]["country"]]["capital"]]["name"],
-                        [P[p]["name"], C[P[p]["city"]]["name"], K[C[P[p]["city"]]["country"]]["name"]])),
-            ("Who is the mayor of the city where the founder of {} was born?", "org", lambda o: True,
-             lambda o: (P[C[P[O[o]["founder"]]["city"]]["mayor"]]["name"],
-                        [O[o]["name"], P[O[o]["founder"]]["name"], C[P[O[o]["founder"]]["city"]]["name"]])),
-            ("In which country was the spouse of {} born?", "person", lambda p: P[p]["states_marriage"],
-             lambda p: (K[C[P[P[p]["spouse"]]["city"]]["country"]]["name"],
-                        [P[p]["name"], P[P[p]["spouse"]]["name"], C[P[P[p]["spouse"]]["city"]]["name"]]))],
+        1: [
+            (
+                "In which city was {} born?",
+                "person",
+                lambda p: True,
+                lambda p: (C[P[p]["city"]]["name"], [P[p]["name"]]),
+            ),
+            (
+                "Who founded {}?",
+                "org",
+                lambda o: True,
+                lambda o: (P[O[o]["founder"]]["name"], [O[o]["name"]]),
+            ),
+            (
+                "In which country is {}?",
+                "city",
+                lambda c: True,
+                lambda c: (K[C[c]["country"]]["name"], [C[c]["name"]]),
+            ),
+            (
+                "In what year was {} founded?",
+                "org",
+                lambda o: True,
+                lambda o: (str(O[o]["year"]), [O[o]["name"]]),
+            ),
+            (
+                "Who is the mayor of {}?",
+                "city",
+                lambda c: True,
+                lambda c: (P[C[c]["mayor"]]["name"], [C[c]["name"]]),
+            ),
+        ],
+        2: [
+            (
+                "In which country was {} born?",
+                "person",
+                lambda p: True,
+                lambda p: (K[C[P[p]["city"]]["country"]]["name"], [P[p]["name"], C[P[p]["city"]]["name"]]),
+            ),
+            (
+                "In which city was the founder of {} born?",
+                "org",
+                lambda o: True,
+                lambda o: (C[P[O[o]["founder"]]["city"]]["name"], [O[o]["name"], P[O[o]["founder"]]["name"]]),
+            ),
+            (
+                "Who is the mayor of the city where {} was born?",
+                "person",
+                lambda p: True,
+                lambda p: (P[C[P[p]["city"]]["mayor"]]["name"], [P[p]["name"], C[P[p]["city"]]["name"]]),
+            ),
+            (
+                "In which country is {} headquartered?",
+                "org",
+                lambda o: True,
+                lambda o: (K[C[O[o]["city"]]["country"]]["name"], [O[o]["name"], C[O[o]["city"]]["name"]]),
+            ),
+        ],
+        3: [
+            (
+                "In which country was the founder of {} born?",
+                "org",
+                lambda o: True,
+                lambda o: (
+                    K[C[P[O[o]["founder"]]["city"]]["country"]]["name"],
+                    [O[o]["name"], P[O[o]["founder"]]["name"], C[P[O[o]["founder"]]["city"]]["name"]],
+                ),
+            ),
+            (
+                "What is the capital of the country where {} was born?",
+                "person",
+                lambda p: True,
+                lambda p: (
+                    C[K[C[P[p]["city"]]["country"]]["capital"]]["name"],
+                    [P[p]["name"], C[P[p]["city"]]["name"], K[C[P[p]["city"]]["country"]]["name"]],
+                ),
+            ),
+            (
+                "Who is the mayor of the city where the founder of {} was born?",
+                "org",
+                lambda o: True,
+                lambda o: (
+                    P[C[P[O[o]["founder"]]["city"]]["mayor"]]["name"],
+                    [O[o]["name"], P[O[o]["founder"]]["name"], C[P[O[o]["founder"]]["city"]]["name"]],
+                ),
+            ),
+            (
+                "In which country was the spouse of {} born?",
+                "person",
+                lambda p: P[p]["states_marriage"],
+                lambda p: (
+                    K[C[P[P[p]["spouse"]]["city"]]["country"]]["name"],
+                    [P[p]["name"], P[P[p]["spouse"]]["name"], C[P[P[p]["spouse"]]["city"]]["name"]],
+                ),
+            ),
+        ],
     }
     # Held-out anchors: test questions name only entities in the last `test_fraction` of each list.
     pools = {"person": len(people), "org": len(orgs), "city": len(cities)}
@@ -184,13 +340,21 @@ def generate(seed: int = 0, n_passages: int = 1500, n_questions: int = 3000,
             raise ValueError(f"{n_passages} passages are too few for {n_questions} distinct questions")
         seen.add(q)
         answer, path = solve(anchor)
-        questions.append({"id": f"synthetic-{i}", "question": q, "golden_answers": [answer],
-                          "data_source": f"{hops}-hop", "path": path})
+        questions.append(
+            {
+                "id": f"synthetic-{i}",
+                "question": q,
+                "golden_answers": [answer],
+                "data_source": f"{hops}-hop",
+                "path": path,
+            }
+        )
     return corpus, questions
 
 
-def synthetic_files(seed: int = 0, n_passages: int = 1500, n_questions: int = 3000,
-                    cache: str = CACHE) -> tuple[str, str]:
+def synthetic_files(
+    seed: int = 0, n_passages: int = 1500, n_questions: int = 3000, cache: str = CACHE
+) -> tuple[str, str]:
     """The generated corpus and questions as files in the cache (written once, atomically)."""
     folder = os.path.join(cache, f"synthetic-v{VERSION}-s{seed}-n{n_passages}-q{n_questions}")
     corpus_path, qa_path = os.path.join(folder, "corpus.jsonl"), os.path.join(folder, "qa.jsonl")
@@ -243,8 +407,11 @@ def read_questions(source: str) -> list[dict]:
     else:
         with open(source) as f:
             text = f.read()
-        rows = json.loads(text) if text.lstrip().startswith("[") else \
-            [json.loads(line) for line in text.splitlines() if line.strip()]
+        rows = (
+            json.loads(text)
+            if text.lstrip().startswith("[")
+            else [json.loads(line) for line in text.splitlines() if line.strip()]
+        )
         default = os.path.basename(source).split(".")[0]
     out = []
     for row in rows:
@@ -253,14 +420,25 @@ def read_questions(source: str) -> list[dict]:
             answers = row.get("reward_model", {}).get("ground_truth", {}).get("target", [])
         if isinstance(answers, str):
             answers = [answers]
-        out.append({**row, "id": str(row.get("id", len(out))), "question": str(row["question"]).strip(),
-                    "golden_answers": [str(a) for a in answers],
-                    "data_source": str(row.get("data_source") or default)})
+        out.append(
+            {
+                **row,
+                "id": str(row.get("id", len(out))),
+                "question": str(row["question"]).strip(),
+                "golden_answers": [str(a) for a in answers],
+                "data_source": str(row.get("data_source") or default),
+            }
+        )
     return out
 
 
-def load_data(corpus: str | None = None, qa: str | None = None, seed: int = 0,
-              n_passages: int = 1500, cache: str = CACHE) -> tuple[str, list[dict], list[dict]]:
+def load_data(
+    corpus: str | None = None,
+    qa: str | None = None,
+    seed: int = 0,
+    n_passages: int = 1500,
+    cache: str = CACHE,
+) -> tuple[str, list[dict], list[dict]]:
     """(corpus path, corpus, questions): the real files if given, else the generated world.
     `qa` may name several sources, comma-separated; their questions are concatenated in order."""
     if corpus is None:

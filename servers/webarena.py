@@ -81,10 +81,20 @@ from servers.websites import COOKIE, forum, shop, start_site
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TASK_DIR = os.environ.get("WEBARENA_TASKS") or os.path.join(HERE, "webarena_tasks")
-CHROMIUM = os.environ.get("WEBARENA_CHROMIUM") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
-LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
-               "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions",
-               "--mute-audio"]
+CHROMIUM = os.environ.get("WEBARENA_CHROMIUM") or (
+    "/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None
+)
+LAUNCH_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-extensions",
+    "--mute-audio",
+]
 VIEWPORT = {"width": 1280, "height": 720}  # WebArena's
 SITE_VARS = ["SHOPPING_ADMIN", "SHOPPING", "REDDIT", "GITLAB", "MAP", "WIKIPEDIA", "HOMEPAGE"]
 LOCAL_SITES = {"SHOPPING": shop, "REDDIT": forum}  # placeholder -> offline stand-in
@@ -123,7 +133,9 @@ class Browser:
         try:
             while not future.done():  # short waits, so that an interrupt is delivered promptly
                 if time.monotonic() >= deadline:
-                    raise EnvError(f"the browser did not finish within {timeout:g} s; the work was cancelled", 504)
+                    raise EnvError(
+                        f"the browser did not finish within {timeout:g} s; the work was cancelled", 504
+                    )
                 concurrent.futures.wait([future], timeout=min(0.25, deadline - time.monotonic()))
             return future.result()
         finally:
@@ -137,8 +149,9 @@ class Browser:
             if self.chromium is None or not self.chromium.is_connected():
                 if self.pw is None:
                     self.pw = await async_playwright().start()
-                self.chromium = await self.pw.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                                             args=LAUNCH_ARGS)
+                self.chromium = await self.pw.chromium.launch(
+                    executable_path=CHROMIUM, headless=True, args=LAUNCH_ARGS
+                )
             return self.chromium
 
     async def _stop(self):
@@ -190,8 +203,10 @@ def fill(config: dict) -> dict:
     for var in SITE_VARS:  # SHOPPING_ADMIN before SHOPPING
         if f"__{var}__" in text:
             if var not in urls:
-                raise EnvError(f"task {config.get('task_id')} needs the site __{var}__: set the environment "
-                               f"variable {var} to its URL (e.g. {var}=http://my-webarena-host:7770)")
+                raise EnvError(
+                    f"task {config.get('task_id')} needs the site __{var}__: set the environment "
+                    f"variable {var} to its URL (e.g. {var}=http://my-webarena-host:7770)"
+                )
             text = text.replace(f"__{var}__", urls[var])
     return json.loads(text)
 
@@ -224,11 +239,14 @@ def check_task(task: dict) -> dict:
     bad = [k for k, t in REQUIRED.items() if not isinstance(task.get(k), t)]
     ev = task.get("eval") if isinstance(task.get("eval"), dict) else {}
     if not isinstance(ev.get("eval_types"), list) or not all(
-            t in ("string_match", "url_match", "program_html") for t in ev.get("eval_types", [])):
+        t in ("string_match", "url_match", "program_html") for t in ev.get("eval_types", [])
+    ):
         bad.append("eval.eval_types")
     if bad:
-        raise EnvError(f"task {task.get('_file', '?')} is not a valid WebArena task config: "
-                       f"{', '.join(bad)} missing or of the wrong type")
+        raise EnvError(
+            f"task {task.get('_file', '?')} is not a valid WebArena task config: "
+            f"{', '.join(bad)} missing or of the wrong type"
+        )
     return task
 
 
@@ -246,8 +264,10 @@ def task_for(idx) -> dict:
     for t in _tasks:
         if name in (t["_file"], t["_file"].removesuffix(".json"), str(t.get("task_id"))):
             return check_task(t)
-    raise EnvError(f"no task named {name[:200]!r} in the task folder (give an index, a task_id, or the "
-                   "name of a config file there)")
+    raise EnvError(
+        f"no task named {name[:200]!r} in the task folder (give an index, a task_id, or the "
+        "name of a config file there)"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -268,12 +288,20 @@ async def accessibility_tree(cdp) -> tuple[str, dict[int, dict]]:
         role = node.get("role", {}).get("value", "")
         name = str(node.get("name", {}).get("value", "")).strip()
         bid = node.get("backendDOMNodeId")
-        keep = (not node.get("ignored") and role not in SKIP_ROLES and bid is not None
-                and not (role == "StaticText" and (not name or name == parent_name)))
+        keep = (
+            not node.get("ignored")
+            and role not in SKIP_ROLES
+            and bid is not None
+            and not (role == "StaticText" and (not name or name == parent_name))
+        )
         if keep:
-            props = [f"{p['name']}: {p['value'].get('value')}" for p in node.get("properties", [])
-                     if p["name"] in PROPS and p["value"].get("value") not in (None, False, "false")
-                     and (p["name"] != "level" or role == "heading")]
+            props = [
+                f"{p['name']}: {p['value'].get('value')}"
+                for p in node.get("properties", [])
+                if p["name"] in PROPS
+                and p["value"].get("value") not in (None, False, "false")
+                and (p["name"] != "level" or role == "heading")
+            ]
             if role in ("textbox", "searchbox", "combobox") and node.get("value", {}).get("value"):
                 props.insert(0, f"value: {node['value']['value']!r}")
             lines.append("\t" * depth + f"[{bid}] {role} {name!r}" + "".join(" " + p for p in props))
@@ -309,14 +337,38 @@ ACTIONS = {  # name -> its pattern after the name (WebArena's browser_env/action
     "go_forward": re.compile(r"$"),
     "stop": re.compile(r"(?:\[(.*)\])?$", re.S),
 }
-USAGE = ("click [id], type [id] [text] [0|1], hover [id], press [keys], scroll [up|down], new_tab, "
-         "tab_focus [n], close_tab, goto [url], go_back, go_forward, stop [answer]")
-KEYS = {"ctrl": "Control", "control": "Control", "cmd": "Meta", "meta": "Meta", "alt": "Alt", "shift": "Shift",
-        "enter": "Enter", "return": "Enter", "tab": "Tab", "esc": "Escape", "escape": "Escape",
-        "backspace": "Backspace", "delete": "Delete", "space": "Space", "pageup": "PageUp",
-        "pagedown": "PageDown", "home": "Home", "end": "End", "up": "ArrowUp", "down": "ArrowDown",
-        "left": "ArrowLeft", "right": "ArrowRight", "arrowup": "ArrowUp", "arrowdown": "ArrowDown",
-        "arrowleft": "ArrowLeft", "arrowright": "ArrowRight"}
+USAGE = (
+    "click [id], type [id] [text] [0|1], hover [id], press [keys], scroll [up|down], new_tab, "
+    "tab_focus [n], close_tab, goto [url], go_back, go_forward, stop [answer]"
+)
+KEYS = {
+    "ctrl": "Control",
+    "control": "Control",
+    "cmd": "Meta",
+    "meta": "Meta",
+    "alt": "Alt",
+    "shift": "Shift",
+    "enter": "Enter",
+    "return": "Enter",
+    "tab": "Tab",
+    "esc": "Escape",
+    "escape": "Escape",
+    "backspace": "Backspace",
+    "delete": "Delete",
+    "space": "Space",
+    "pageup": "PageUp",
+    "pagedown": "PageDown",
+    "home": "Home",
+    "end": "End",
+    "up": "ArrowUp",
+    "down": "ArrowDown",
+    "left": "ArrowLeft",
+    "right": "ArrowRight",
+    "arrowup": "ArrowUp",
+    "arrowdown": "ArrowDown",
+    "arrowleft": "ArrowLeft",
+    "arrowright": "ArrowRight",
+}
 
 
 class ActionError(Exception):
@@ -327,7 +379,9 @@ def parse_action(reply: str) -> tuple[str, tuple]:
     """The first fenced block of the reply as (name, arguments)."""
     m = FENCE.search(reply)
     if m is None:
-        raise ActionError("no action found: put exactly one action inside a ``` fenced block, e.g. ```click [12]```")
+        raise ActionError(
+            "no action found: put exactly one action inside a ``` fenced block, e.g. ```click [12]```"
+        )
     text = m.group(1).strip()
     name, rest = re.match(r"(\w*)\s*(.*)$", text, re.S).groups()
     if name not in ACTIONS:
@@ -338,7 +392,9 @@ def parse_action(reply: str) -> tuple[str, tuple]:
     if args is None:
         raise ActionError(f"cannot parse {text[:200]!r}; the actions are: {USAGE}")
     if name == "type" and len(args.group(2)) > MAX_TYPE_CHARS:
-        raise ActionError(f"the text to type is {len(args.group(2))} characters long; at most {MAX_TYPE_CHARS}")
+        raise ActionError(
+            f"the text to type is {len(args.group(2))} characters long; at most {MAX_TYPE_CHARS}"
+        )
     if name in ("goto", "press") and len(args.group(1)) > MAX_ARG_CHARS:
         raise ActionError(f"the argument of {name} is longer than {MAX_ARG_CHARS} characters")
     return name, args.groups()
@@ -360,7 +416,9 @@ def task_origins(config: dict) -> set[str]:
     """The origins a task may visit: its start URLs' and its sites' (`shopping` -> $SHOPPING)."""
     urls = site_urls()
     allowed = [u for u in config["start_url"].split(" |AND| ")]
-    allowed += [urls[s.upper()] for s in config.get("sites") or [] if isinstance(s, str) and s.upper() in urls]
+    allowed += [
+        urls[s.upper()] for s in config.get("sites") or [] if isinstance(s, str) and s.upper() in urls
+    ]
     return {o for o in map(origin, allowed) if o}
 
 
@@ -444,8 +502,13 @@ class WebArenaEnv:
         self.ref_pos, self.off_path = 0, False
         await self._observe()
         self.refused = []
-        return self._answer(0.0, category=(config.get("sites") or ["unknown"])[0], task_id=config.get("task_id"),
-                            intent=config["intent"], eval_types=config["eval"]["eval_types"])
+        return self._answer(
+            0.0,
+            category=(config.get("sites") or ["unknown"])[0],
+            task_id=config.get("task_id"),
+            intent=config["intent"],
+            eval_types=config["eval"]["eval_types"],
+        )
 
     async def _route(self, route) -> None:
         url = route.request.url
@@ -465,8 +528,10 @@ class WebArenaEnv:
             return ""
         what = ", ".join(dict.fromkeys(u[:200] for u in self.refused))
         self.refused = []
-        return (f"Refused: {what}. This task stays on its own sites ({', '.join(sorted(self.origins))}); "
-                "other hosts, file:, data:, chrome: and javascript: URLs, and downloads are not allowed.")
+        return (
+            f"Refused: {what}. This task stays on its own sites ({', '.join(sorted(self.origins))}); "
+            "other hosts, file:, data:, chrome: and javascript: URLs, and downloads are not allowed."
+        )
 
     async def _step(self, reply: str) -> dict:
         if self.context is None or not self.context.browser or not self.context.browser.is_connected():
@@ -475,8 +540,10 @@ class WebArenaEnv:
         try:
             name, args = parse_action(reply)
             if name in ("click", "hover", "type") and int(args[0]) not in self.elements:
-                raise ActionError(f"there is no element [{args[0]}] on this page; use an id from the "
-                                  "accessibility tree above")
+                raise ActionError(
+                    f"there is no element [{args[0]}] on this page; use an id from the "
+                    "accessibility tree above"
+                )
             if name == "goto" and not self.allowed(args[0]):
                 self.refused.append(args[0])
                 raise ActionError(self._refusals())
@@ -493,8 +560,11 @@ class WebArenaEnv:
         except ActionError as e:
             return self._answer(0.0, note=f"Invalid action: {e}")
         except Exception as e:  # a Playwright error (timeout, bad key, bad URL): the page is as it was
-            failed = (f"did not finish within {ACTION_SECONDS:g} s and was cancelled"
-                      if isinstance(e, asyncio.TimeoutError) else f"failed: {(str(e).splitlines() or [''])[0]}")
+            failed = (
+                f"did not finish within {ACTION_SECONDS:g} s and was cancelled"
+                if isinstance(e, asyncio.TimeoutError)
+                else f"failed: {(str(e).splitlines() or [''])[0]}"
+            )
             if isinstance(e, asyncio.TimeoutError):  # stop the page loading what the action started
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for((await self._cdp(self.page)).send("Page.stopLoading"), 5)
@@ -572,8 +642,14 @@ class WebArenaEnv:
                 await page.evaluate(f"window.scrollBy(0, {sign}document.documentElement.clientHeight)")
             # Mouse and keyboard input returns before a navigation it causes is reported: wait a
             # moment for one (longer where one is likely: a link, a button, Enter), then for its load.
-            likely = (name == "click" and self.elements[int(args[0])]["role"] in ("link", "button")
-                      or name == "type" and args[2] == "1" or name == "press" and "enter" in args[0].lower())
+            likely = (
+                name == "click"
+                and self.elements[int(args[0])]["role"] in ("link", "button")
+                or name == "type"
+                and args[2] == "1"
+                or name == "press"
+                and "enter" in args[0].lower()
+            )
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(started.wait(), 1.0 if likely else 0.05)
             if started.is_set():
@@ -589,11 +665,17 @@ class WebArenaEnv:
         """Scroll the element into view and return its centre in viewport pixels."""
         cdp = await self._cdp(page)
         obj = (await cdp.send("DOM.resolveNode", {"backendNodeId": backend_id}))["object"]
-        box = (await cdp.send("Runtime.callFunctionOn", {
-            "objectId": obj["objectId"], "returnByValue": True,
-            "functionDeclaration": "function() { const e = this.nodeType === 1 ? this : this.parentElement;"
-                                   " e.scrollIntoView({block: 'center'}); const r = e.getBoundingClientRect();"
-                                   " return [r.x + r.width / 2, r.y + r.height / 2, r.width * r.height]; }"}))
+        box = await cdp.send(
+            "Runtime.callFunctionOn",
+            {
+                "objectId": obj["objectId"],
+                "returnByValue": True,
+                "functionDeclaration": "function() {"
+                " const e = this.nodeType === 1 ? this : this.parentElement;"
+                " e.scrollIntoView({block: 'center'}); const r = e.getBoundingClientRect();"
+                " return [r.x + r.width / 2, r.y + r.height / 2, r.width * r.height]; }",
+            },
+        )
         x, y, area = box["result"]["value"]
         if area == 0:
             raise ActionError(f"element [{backend_id}] is not visible")
@@ -667,19 +749,26 @@ class WebArenaEnv:
             raise EnvError(f"task {self.task.get('task_id')} has no reference solution, so no expert", 404)
         step = None if self.off_path or self.ref_pos >= len(solution) else self._reference_step(self.ref_pos)
         if step is None:
-            return {"action": f"```goto [{self._start_url()}]```", "on_path": False,
-                    "thought": "This is not the way I planned; I start again from the start page."}
+            return {
+                "action": f"```goto [{self._start_url()}]```",
+                "on_path": False,
+                "thought": "This is not the way I planned; I start again from the start page.",
+            }
         raw = solution[self.ref_pos]
         if isinstance(raw, str) and raw.startswith("stop"):
             answer = parse_action(f"```{raw}```")[1][0] or ""
-            why = f"The answer is {answer}, so I stop with it." if answer else \
-                "The objective is done, so I stop."
+            why = (
+                f"The answer is {answer}, so I stop with it."
+                if answer
+                else "The objective is done, so I stop."
+            )
         elif isinstance(raw, str):
             why = "That is the next step."
         else:
             verb = {"click": "click", "hover": "hover over", "type": "fill in"}[raw[0]]
             why = f"To reach the objective, I {verb} the {raw[1]} '{raw[2]}'" + (
-                f" with '{raw[3]}'." if raw[0] == "type" else ".")
+                f" with '{raw[3]}'." if raw[0] == "type" else "."
+            )
         return {"action": f"```{step}```", "thought": why, "on_path": True}
 
     # --- answers ---------------------------------------------------------------------------
@@ -688,13 +777,21 @@ class WebArenaEnv:
         if self.task is None:
             return "Reset the environment to start a task."
         url = self.page.url if self.pages else ""
-        return (f"OBSERVATION:\n{self.tree}\nURL: {url}\nOBJECTIVE: {self.task['intent']}\n"
-                f"PREVIOUS ACTION: {self.previous}")
+        return (
+            f"OBSERVATION:\n{self.tree}\nURL: {url}\nOBJECTIVE: {self.task['intent']}\n"
+            f"PREVIOUS ACTION: {self.previous}"
+        )
 
     def _answer(self, reward: float, note: str = "", **extra) -> dict:
         obs = self._observation()
-        return {"observation": f"{note}\n\n{obs}" if note else obs, "reward": reward, "score": self.score,
-                "done": self.done, "available_actions": [] if self.done else self.available_actions(), **extra}
+        return {
+            "observation": f"{note}\n\n{obs}" if note else obs,
+            "reward": reward,
+            "score": self.score,
+            "done": self.done,
+            "available_actions": [] if self.done else self.available_actions(),
+            **extra,
+        }
 
     def available_actions(self) -> list[str]:
         """A bounded list of complete, valid replies for this page (for a small policy's masked
@@ -708,8 +805,11 @@ class WebArenaEnv:
             elif e["role"] in ("textbox", "searchbox", "combobox"):
                 acts += [f"```type [{bid}] [{p}] [1]```" for p in phrases[:3]]
         acts += ["```scroll [down]```", "```go_back```", "```stop []```"]
-        acts += [f"```stop [{e['name']}]```" for e in self.elements.values()
-                 if e["role"] == "StaticText" and len(e["name"]) <= 40]
+        acts += [
+            f"```stop [{e['name']}]```"
+            for e in self.elements.values()
+            if e["role"] == "StaticText" and len(e["name"]) <= 40
+        ]
         return list(dict.fromkeys(acts))[:MAX_AVAILABLE]
 
 
@@ -735,9 +835,12 @@ app = build_app("WebArena", WebArenaEnv, max_instances=64)
 def browser_processes():
     """The browser's processes and their memory (PSS and RSS summed), for benchmarks and tests."""
     pids = descendants(os.getpid())
-    return {"pids": pids, "instances": len(app.state.table.envs),
-            "pss_mb": round(sum(_memory_kb(p, "Pss") for p in pids) / 1024, 1),
-            "rss_mb": round(sum(_memory_kb(p, "VmRSS") for p in pids) / 1024, 1)}
+    return {
+        "pids": pids,
+        "instances": len(app.state.table.envs),
+        "pss_mb": round(sum(_memory_kb(p, "Pss") for p in pids) / 1024, 1),
+        "rss_mb": round(sum(_memory_kb(p, "VmRSS") for p in pids) / 1024, 1),
+    }
 
 
 _inner_lifespan = app.router.lifespan_context
@@ -756,9 +859,12 @@ app.router.lifespan_context = _lifespan
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--chromium", help="Chromium executable (default $WEBARENA_CHROMIUM or /usr/bin/chromium)")
-    parser.add_argument("--tasks", help="directory of WebArena task configs "
-                        "(default $WEBARENA_TASKS or the offline tasks)")
+    parser.add_argument(
+        "--chromium", help="Chromium executable (default $WEBARENA_CHROMIUM or /usr/bin/chromium)"
+    )
+    parser.add_argument(
+        "--tasks", help="directory of WebArena task configs (default $WEBARENA_TASKS or the offline tasks)"
+    )
     ours, rest = parser.parse_known_args()
     CHROMIUM = ours.chromium or CHROMIUM
     TASK_DIR = ours.tasks or TASK_DIR

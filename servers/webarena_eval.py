@@ -140,10 +140,16 @@ def _helper(expr: str, notes: list[str]):
         call = ast.parse(expr.strip(), mode="eval").body
     except (SyntaxError, ValueError):
         call = None
-    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and not call.keywords
-            and all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in call.args)):
-        notes.append(f"program_html helper refused: {expr[:200]!r} is not a call of a named helper "
-                     "with string arguments")
+    if not (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Name)
+        and not call.keywords
+        and all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in call.args)
+    ):
+        notes.append(
+            f"program_html helper refused: {expr[:200]!r} is not a call of a named helper "
+            "with string arguments"
+        )
         return None
     if call.func.id not in HELPERS:
         notes.append(f"program_html helper not available here: {call.func.id!r}")
@@ -156,7 +162,7 @@ async def program_html(config: dict, page, notes: list[str]) -> float:
     for target in config["eval"]["program_html"]:
         url = target["url"]
         if url.startswith("func:"):
-            url = _helper(url[len("func:"):].replace("__last_url__", page.url), notes)
+            url = _helper(url[len("func:") :].replace("__last_url__", page.url), notes)
             if url is None:
                 return 0.0
         if url != "last":
@@ -175,7 +181,7 @@ async def program_html(config: dict, page, notes: list[str]) -> float:
             except Exception:  # the element is not on the page: nothing selected
                 selected = ""
         elif locator.startswith("func:"):
-            selected = _helper(locator[len("func:"):], notes)
+            selected = _helper(locator[len("func:") :], notes)
             if selected is None:
                 return 0.0
         else:

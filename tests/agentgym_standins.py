@@ -64,8 +64,13 @@ def babyai() -> FastAPI:
         env = app.state.envs[body.id]
         out = env.reset(body.data_idx)
         app.state.log.append(("/reset", list(env.actions)))
-        return {"observation": f"Your goal: {env.obs['mission']}\n" + babyai_text(out["observation"], env),
-                "reward": 0, "score": 0, "deleted": False, "done": False}
+        return {
+            "observation": f"Your goal: {env.obs['mission']}\n" + babyai_text(out["observation"], env),
+            "reward": 0,
+            "score": 0,
+            "deleted": False,
+            "done": False,
+        }
 
     @app.post("/step")
     def step(body: IdAction):
@@ -73,8 +78,12 @@ def babyai() -> FastAPI:
         offered = list(env.actions)
         out = env.step(body.action)
         app.state.log.append(("/step", body.action, offered, list(env.actions)))
-        return {"observation": babyai_text(out["observation"], env), "reward": out["reward"],
-                "score": out["score"], "done": out["done"]}
+        return {
+            "observation": babyai_text(out["observation"], env),
+            "reward": out["reward"],
+            "score": out["score"],
+            "done": out["done"],
+        }
 
     @app.get("/observation")
     def observation(id: int):
@@ -148,8 +157,16 @@ def sciworld() -> FastAPI:
     def reset(body: IdDataIdx):
         app.state.envs[body.id] = {"steps": 0, "observation": SCIWORLD_LOOK}
         app.state.log.append(("/reset", body.data_idx))
-        return {"task_name": "boil", "var_num": body.data_idx, "task_description": SCIWORLD_TASK,
-                "observation": SCIWORLD_LOOK, "reward": 0, "score": 0, "deleted": False, "done": False}
+        return {
+            "task_name": "boil",
+            "var_num": body.data_idx,
+            "task_description": SCIWORLD_TASK,
+            "observation": SCIWORLD_LOOK,
+            "reward": 0,
+            "score": 0,
+            "deleted": False,
+            "done": False,
+        }
 
     @app.post("/step")
     def step(body: IdAction):
@@ -159,8 +176,12 @@ def sciworld() -> FastAPI:
         env["steps"] += 1
         env["observation"] = f"You did: {body.action}."
         app.state.log.append(("/step", body.action))
-        return {"observation": env["observation"], "reward": score - before, "score": score,
-                "done": score == 100}
+        return {
+            "observation": env["observation"],
+            "reward": score - before,
+            "score": score,
+            "done": score == 100,
+        }
 
     @app.get("/observation")
     def observation(id: int):
@@ -216,10 +237,18 @@ def searchqa() -> FastAPI:
         env["steps"] += 1
         app.state.log.append(("/step", body.action))
         if env["steps"] == 2:  # the recorded episode: a search, then the right answer
-            return {"observation": "Congratulations! You have answered the question correctly.",
-                    "reward": 1.0, "done": True, "info": None}
-        return {"observation": "<information>Doc 1(Title: Capital) City is the capital.\n</information>",
-                "reward": 0.0, "done": False, "info": None}
+            return {
+                "observation": "Congratulations! You have answered the question correctly.",
+                "reward": 1.0,
+                "done": True,
+                "info": None,
+            }
+        return {
+            "observation": "<information>Doc 1(Title: Capital) City is the capital.\n</information>",
+            "reward": 0.0,
+            "done": False,
+            "info": None,
+        }
 
     @app.get("/observation")
     def observation(env_idx: int) -> str:
@@ -237,8 +266,10 @@ def webarena() -> FastAPI:
     app = _app("WebArena")
 
     def page(env) -> str:
-        return f"OBSERVATION:\n[1] link 'Forum'\nURL: http://forum\nOBJECTIVE: task {env['idx']}\n" \
-               f"PREVIOUS ACTION: {env['previous']}"
+        return (
+            f"OBSERVATION:\n[1] link 'Forum'\nURL: http://forum\nOBJECTIVE: task {env['idx']}\n"
+            f"PREVIOUS ACTION: {env['previous']}"
+        )
 
     @app.post("/create")
     def create():
@@ -260,8 +291,13 @@ def webarena() -> FastAPI:
         env["previous"] = query["action"]
         app.state.log.append(("/step", query["action"]))
         terminated = env["steps"] == 2  # the recorded episode: a click, then stop
-        return {"observation": page(env), "reward": 1.0 if terminated else 0.0, "terminated": terminated,
-                "truncated": False, "info": None}
+        return {
+            "observation": page(env),
+            "reward": 1.0 if terminated else 0.0,
+            "terminated": terminated,
+            "truncated": False,
+            "info": None,
+        }
 
     @app.get("/observation")
     def observation(env_idx: int):
@@ -275,8 +311,13 @@ def webarena() -> FastAPI:
     return app
 
 
-STANDINS = {"babyai": babyai, "textcraft": textcraft, "sciworld": sciworld, "searchqa": searchqa,
-            "webarena": webarena}
+STANDINS = {
+    "babyai": babyai,
+    "textcraft": textcraft,
+    "sciworld": sciworld,
+    "searchqa": searchqa,
+    "webarena": webarena,
+}
 
 
 class Served:

@@ -19,9 +19,9 @@ import torch  # noqa: E402
 from accelerate import Accelerator  # noqa: E402
 from transformers import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 
-from machinery import dist  # noqa: E402
 from agent import Trajectory  # noqa: E402
 from batch import Row, make_batch, token_logprobs  # noqa: E402
+from machinery import dist  # noqa: E402
 from machinery.logprobs import LogprobForward  # noqa: E402
 from train import ALGOS, Config, reference_logprobs, update  # noqa: E402
 
@@ -32,8 +32,16 @@ ALGOS_CHECKED = ["grpo", "reinforce_pp", "ppo"]
 
 def small_model(seed: int = 0):
     torch.manual_seed(seed)
-    return Qwen2ForCausalLM(Qwen2Config(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                        num_attention_heads=4, num_key_value_heads=2))
+    return Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=V,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+        )
+    )
 
 
 def trajectories(model) -> list[Trajectory]:
@@ -46,11 +54,23 @@ def trajectories(model) -> list[Trajectory]:
             turns, rows = rnd(1, 4), []
             for _ in range(turns):  # one row per turn: an observation, then the agent's reply
                 n, start = rnd(10, 24), rnd(3, 8)
-                rows.append(Row(ids=torch.randint(0, V, (n,), generator=g).tolist(),
-                                mask=[0] * start + [1] * (n - start), logprobs=[0.0] * n))
-            out.append(Trajectory(task=group, group=group, rows=rows, actions=["a"] * turns,
-                                  observations=[f"state {rnd(0, 2)}" for _ in range(turns)],
-                                  reward=[0.0, 0.5, 1.0][rnd(0, 3)]))
+                rows.append(
+                    Row(
+                        ids=torch.randint(0, V, (n,), generator=g).tolist(),
+                        mask=[0] * start + [1] * (n - start),
+                        logprobs=[0.0] * n,
+                    )
+                )
+            out.append(
+                Trajectory(
+                    task=group,
+                    group=group,
+                    rows=rows,
+                    actions=["a"] * turns,
+                    observations=[f"state {rnd(0, 2)}" for _ in range(turns)],
+                    reward=[0.0, 0.5, 1.0][rnd(0, 3)],
+                )
+            )
     with torch.no_grad():
         for tr in out:
             for row in tr.rows:
@@ -63,15 +83,24 @@ def run(algo_name: str) -> dict:
     """This process's share of the groups -> its trajectories' advantages (agent tokens, in order)
     and every parameter's change after one update."""
     accelerator = Accelerator(cpu=True)
-    cfg = Config(algo=algo_name, micro_batch_size=2, minibatch_size=1000, epochs=1, kl_coef=0.1,
-                 entropy_coef=0.01, max_grad_norm=1e9)
+    cfg = Config(
+        algo=algo_name,
+        micro_batch_size=2,
+        minibatch_size=1000,
+        epochs=1,
+        kl_coef=0.1,
+        entropy_coef=0.01,
+        max_grad_norm=1e9,
+    )
     algo, model = ALGOS[algo_name], small_model()
     mine = dist.shard(list(range(len(GROUP_SIZES))))
     trajs = [t for t in trajectories(model) if t.group in mine]
     batch = make_batch(trajs, 0)
     batch.ref_logprobs = reference_logprobs(small_model(seed=1), batch, cfg)
     state = algo.init(model, cfg, 1.0) if algo.init else None
-    forward, optimizer = accelerator.prepare(LogprobForward(model), torch.optim.SGD(model.parameters(), lr=1.0))
+    forward, optimizer = accelerator.prepare(
+        LogprobForward(model), torch.optim.SGD(model.parameters(), lr=1.0)
+    )
     trained = [(forward, optimizer)]
     if state is not None:
         torch.nn.init.normal_(state.model.head.weight, std=0.1, generator=torch.Generator().manual_seed(2))
@@ -79,12 +108,19 @@ def run(algo_name: str) -> dict:
         state.model, state.optimizer = accelerator.prepare(state.model, state.optimizer)
         trained.append((state.model, state.optimizer))
     algo.advantages(batch, cfg, state)
-    adv = [batch.advantages[batch.traj == n][batch.loss_mask[batch.traj == n] > 0].tolist() for n in range(len(trajs))]
+    adv = [
+        batch.advantages[batch.traj == n][batch.loss_mask[batch.traj == n] > 0].tolist()
+        for n in range(len(trajs))
+    ]
     models = [model] + ([accelerator.unwrap_model(state.model)] if state else [])
     before = [p.detach().clone() for m in models for p in m.parameters()]
     update(forward, batch, len(trajs), algo, cfg, state, accelerator, trained)
     after = [p.detach().clone() for m in models for p in m.parameters()]
-    return {"groups": [t.group for t in trajs], "advantages": adv, "delta": [a - b for a, b in zip(after, before)]}
+    return {
+        "groups": [t.group for t in trajs],
+        "advantages": adv,
+        "delta": [a - b for a, b in zip(after, before)],
+    }
 
 
 def fsdp_generation() -> list[int]:
@@ -99,9 +135,14 @@ def fsdp_generation() -> list[int]:
     from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer
 
     model = small_model()
-    wrapped = FSDP(LogprobForward(model), use_orig_params=True, device_id=torch.device("cpu"),
-                   auto_wrap_policy=functools.partial(transformer_auto_wrap_policy,
-                                                      transformer_layer_cls={Qwen2DecoderLayer}))
+    wrapped = FSDP(
+        LogprobForward(model),
+        use_orig_params=True,
+        device_id=torch.device("cpu"),
+        auto_wrap_policy=functools.partial(
+            transformer_auto_wrap_policy, transformer_layer_cls={Qwen2DecoderLayer}
+        ),
+    )
     assert isinstance(model.model.layers[0], FSDP)  # the policy's layers are sharded
     ids, n = torch.randint(0, V, (1, 6), generator=torch.Generator().manual_seed(0)), 3 + 10 * dist.rank()
     lengths = []

@@ -15,7 +15,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 import torch.distributed as tdist  # noqa: E402
-from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, MixedPrecision  # noqa: E402
+from torch.distributed.fsdp import FullyShardedDataParallel as FSDP  # noqa: E402
+from torch.distributed.fsdp import MixedPrecision
 from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy  # noqa: E402
 from transformers import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer  # noqa: E402
@@ -28,9 +29,16 @@ V = 120
 
 def small_model():
     torch.manual_seed(0)
-    return Qwen2ForCausalLM(Qwen2Config(vocab_size=V, hidden_size=32, intermediate_size=64,
-                                        num_hidden_layers=2,
-                                        num_attention_heads=4, num_key_value_heads=2))
+    return Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=V,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+        )
+    )
 
 
 def rows_of(rank: int):
@@ -64,6 +72,7 @@ class Gathers:
         def counted(*a, **k):
             self.n += self.on
             return fn(*a, **k)
+
         return counted
 
 
@@ -75,11 +84,18 @@ def main(out: str):
         torch.cuda.set_device(dev)
     gathers = Gathers()
     model = small_model().to(dev)
-    bf16 = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16,
-                          buffer_dtype=torch.bfloat16)
-    wrapped = FSDP(LogprobForward(model), use_orig_params=True, device_id=dev, mixed_precision=bf16,
-                   auto_wrap_policy=functools.partial(transformer_auto_wrap_policy,
-                                                      transformer_layer_cls={Qwen2DecoderLayer}))
+    bf16 = MixedPrecision(
+        param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16, buffer_dtype=torch.bfloat16
+    )
+    wrapped = FSDP(
+        LogprobForward(model),
+        use_orig_params=True,
+        device_id=dev,
+        mixed_precision=bf16,
+        auto_wrap_policy=functools.partial(
+            transformer_auto_wrap_policy, transformer_layer_cls={Qwen2DecoderLayer}
+        ),
+    )
     ids, attn, mask = (x.to(dev) for x in rows_of(dist.rank()))
     rows, cols = predicting_positions(mask)
     logp, _ = wrapped(ids, attn, rows, cols)  # before the fix: rank 0 two decoder passes, rank 1 one: a hang
@@ -92,17 +108,24 @@ def main(out: str):
         with dist.full_weights(wrapped), torch.no_grad(), torch.autocast(dev.type, dtype=torch.bfloat16):
             o = model(input_ids=ids[:1, :8], use_cache=True)
             for _ in range(n):
-                o = model(input_ids=o.logits[:, -1:].argmax(-1), past_key_values=o.past_key_values,
-                            use_cache=True)
+                o = model(
+                    input_ids=o.logits[:, -1:].argmax(-1), past_key_values=o.past_key_values, use_cache=True
+                )
         gathers.on = False
         counts.append(gathers.n)
     with dist.full_weights(wrapped):
         plain = small_model().to(dev)
         plain.load_state_dict(model.state_dict())
     ref, _ = full_logprobs(plain, ids, attn)
-    torch.save({"logp": logp.detach().float().cpu(), "ref": ref[rows, cols].detach().cpu(), "gathers": counts,
-                "grad": any(p.grad is not None and p.grad.abs().sum() > 0 for p in wrapped.parameters())},
-               os.path.join(out, f"fsdp_rank{dist.rank()}.pt"))
+    torch.save(
+        {
+            "logp": logp.detach().float().cpu(),
+            "ref": ref[rows, cols].detach().cpu(),
+            "gathers": counts,
+            "grad": any(p.grad is not None and p.grad.abs().sum() > 0 for p in wrapped.parameters()),
+        },
+        os.path.join(out, f"fsdp_rank{dist.rank()}.pt"),
+    )
     tdist.destroy_process_group()
 
 

@@ -22,10 +22,15 @@ def pool(start_server):
 def run(tiny_path, pool, context_turns, mask_actions, max_turns=3, max_new_tokens=48):
     torch.manual_seed(0)
     policy = tiny.load(tiny_path, "babyai")
-    policy.context_turns, policy.mask_actions, policy.max_new_tokens = context_turns, mask_actions, max_new_tokens
+    policy.context_turns, policy.mask_actions, policy.max_new_tokens = (
+        context_turns,
+        mask_actions,
+        max_new_tokens,
+    )
     spec = ENVS["babyai"]
-    trajs = rollout(policy, pool, spec, spec.splits["train"][:4] * 2, max_turns=max_turns,
-                    groups=[0, 1, 2, 3] * 2)
+    trajs = rollout(
+        policy, pool, spec, spec.splits["train"][:4] * 2, max_turns=max_turns, groups=[0, 1, 2, 3] * 2
+    )
     return policy, trajs
 
 
@@ -53,7 +58,9 @@ def test_loss_mask_is_one_exactly_on_the_agents_replies(tiny_path, pool):
         assert len(runs) == tr.turns
         for (a, b), action in zip(runs, tr.actions):
             assert row.ids[b - 1] == policy.end_of_turn
-            assert tok.decode(row.ids[a:b - 1]) == tok.decode(tok(action, add_special_tokens=False)["input_ids"])
+            assert tok.decode(row.ids[a : b - 1]) == tok.decode(
+                tok(action, add_special_tokens=False)["input_ids"]
+            )
         # the sequence ends on the agent's last token: no observation after the last action
         assert row.mask[-1] == 1
 
@@ -137,11 +144,18 @@ def test_unseen_names_round_trip_and_never_share_an_action_leaf(tiny_path):
 
     policy = tiny.load(tiny_path, "babyai")
     tok = policy.tokenizer
-    actions = ["craft 1 warped fungus on a stick using 1 fishing rod, 1 warped fungus",
-               "craft 1 crimson fungus on a stick using 1 fishing rod, 1 crimson fungus",
-               "get 3 netherite scrap", "get 4 netherite scrap", "inventory",
-               "<search>Zhaumbrei Köstrand</search>", "<answer>Zhaumbrei Köstrand</answer>",
-               "<answer>Zhaumbrel Köstrand</answer>", "<answer>1873</answer>", "go to  blue ball 1 "]
+    actions = [
+        "craft 1 warped fungus on a stick using 1 fishing rod, 1 warped fungus",
+        "craft 1 crimson fungus on a stick using 1 fishing rod, 1 crimson fungus",
+        "get 3 netherite scrap",
+        "get 4 netherite scrap",
+        "inventory",
+        "<search>Zhaumbrei Köstrand</search>",
+        "<answer>Zhaumbrei Köstrand</answer>",
+        "<answer>Zhaumbrel Köstrand</answer>",
+        "<answer>1873</answer>",
+        "go to  blue ball 1 ",
+    ]
     ids = [tok(a, add_special_tokens=False)["input_ids"] for a in actions]
     assert [tok.decode(i) for i in ids] == actions
     assert len({tuple(i) for i in ids}) == len(actions)
@@ -167,8 +181,9 @@ def test_a_profiled_rollout_is_the_same_rollout_and_times_every_part(tiny_path, 
     policy = tiny.load(tiny_path, "babyai")
     policy.context_turns, policy.mask_actions = 0, True
     spec, t = ENVS["babyai"], {}
-    timed_trajs = rollout(policy, pool, spec, spec.splits["train"][:4] * 2, max_turns=3,
-                          groups=[0, 1, 2, 3] * 2, timings=t)
+    timed_trajs = rollout(
+        policy, pool, spec, spec.splits["train"][:4] * 2, max_turns=3, groups=[0, 1, 2, 3] * 2, timings=t
+    )
     assert [tr.actions for tr in timed_trajs] == [tr.actions for tr in plain]
     assert set(t) == {"env", "template", "tries", "generate", "prefill", "decode", "mask"}
     assert t["prefill"] + t["decode"] + t["mask"] <= t["generate"]

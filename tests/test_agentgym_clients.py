@@ -61,9 +61,11 @@ def test_agentgym_babyai_client(start_server):
     assert "Goal: go to the red ball" in info["observation"] and info["done"] is False
     go = next(a for a in listed_actions(info["observation"]) if a.startswith("go to red ball"))
 
-    for reply in ["Thought:\nLook around first.\n\nAction:\nturn left",
-                  "Thought:\nWhat can I do?\n\nAction:\ncheck available actions",
-                  f"Thought:\nThe red ball is in view.\n\nAction:\n{go}"]:
+    for reply in [
+        "Thought:\nLook around first.\n\nAction:\nturn left",
+        "Thought:\nWhat can I do?\n\nAction:\ncheck available actions",
+        f"Thought:\nThe red ball is in view.\n\nAction:\n{go}",
+    ]:
         if go not in listed_actions(info["observation"]):  # turned away: face it again
             reply = "Action:\nturn right"
         response = http.post("step", {"action": react_action(reply)})
@@ -91,9 +93,11 @@ def test_agentgym_textcraft_client(start_server):
     assert info["observation"].endswith("\n\nGoal: craft acacia planks.")
     assert "craft 4 acacia planks using 1 acacia logs" in info["observation"]
 
-    replies = ["Thought:\nI need logs.\n\nAction:\nget 1 acacia logs",
-               "Thought:\nCheck.\n\nAction:\ninventory",
-               "Thought:\nNow craft.\n\nAction:\ncraft 4 acacia planks using 1 acacia logs"]
+    replies = [
+        "Thought:\nI need logs.\n\nAction:\nget 1 acacia logs",
+        "Thought:\nCheck.\n\nAction:\ninventory",
+        "Thought:\nNow craft.\n\nAction:\ncraft 4 acacia planks using 1 acacia logs",
+    ]
     seen = []
     for reply in replies:
         response = http.post("step", {"action": react_action(reply)})
@@ -151,9 +155,11 @@ def test_agentgym_searchqa_client(searchqa_url):
 
     gold = questions[task]["golden_answers"][0]
     search = f"<think>Look it up.</think><search>{questions[task]['question']}</search>"
-    for reply, done in [(search, False),
-                        ("<answer>certainly not this</answer>", False),
-                        (f"<answer>{gold}</answer>", True)]:
+    for reply, done in [
+        (search, False),
+        ("<answer>certainly not this</answer>", False),
+        (f"<answer>{gold}</answer>", True),
+    ]:
         response = http.post("step", {"action": reply})
         out = (response["observation"], response["reward"], response["done"])
         assert isinstance(out[0], str) and out[2] is done
@@ -161,8 +167,9 @@ def test_agentgym_searchqa_client(searchqa_url):
     http.post("close", {})
 
 
-@pytest.mark.skipif(not (shutil.which("chromium") or os.environ.get("WEBARENA_CHROMIUM")),
-                    reason="WebArena needs Chromium")
+@pytest.mark.skipif(
+    not (shutil.which("chromium") or os.environ.get("WEBARENA_CHROMIUM")), reason="WebArena needs Chromium"
+)
 def test_agentgym_webarena_client(start_server):
     url = start_server("servers.webarena").url
     ok = requests.post(f"{url}/create", timeout=TIMEOUT)  # no body
@@ -175,8 +182,10 @@ def test_agentgym_webarena_client(start_server):
     link = re.search(r"\[(\d+)\] link 'cooking'", page)
     assert link, page
 
-    for reply in [f"Let's open the forum.\n```click [{link.group(1)}]```",
-                  "Done: the answer is found.\n```stop []```"]:
+    for reply in [
+        f"Let's open the forum.\n```click [{link.group(1)}]```",
+        "Done: the answer is found.\n```stop []```",
+    ]:
         assert re.findall(r"```(.*?)```", reply, re.DOTALL)  # the client posts only parseable replies
         response = http.post("step", {"action": reply})
         reward = response["reward"] if response["terminated"] else 0

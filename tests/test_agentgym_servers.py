@@ -35,24 +35,36 @@ def run(policy, served, env, tasks, max_turns):
 
 
 def test_babyai_actions_are_read_from_either_servers_text():
-    agentgym = 'Your goal: go to the red ball\nYou see a red ball.\nAvailable actions: ["turn left", ' \
-               '"go to red ball 1", "check available actions"]'
-    ours = "You see red ball 1 2 steps ahead.\nAvailable actions: turn left, go to red ball 1, " \
-           "check available actions.\nGoal: go to the red ball."
+    agentgym = (
+        'Your goal: go to the red ball\nYou see a red ball.\nAvailable actions: ["turn left", '
+        '"go to red ball 1", "check available actions"]'
+    )
+    ours = (
+        "You see red ball 1 2 steps ahead.\nAvailable actions: turn left, go to red ball 1, "
+        "check available actions.\nGoal: go to the red ball."
+    )
     expected = ["turn left", "go to red ball 1", CHECK]
     assert babyai_actions(agentgym, None) == babyai_actions(ours, None) == expected
     assert babyai_actions("You can take the following actions: turn left", ["x"]) is None
 
 
 def test_textcraft_actions_follow_the_crafting_commands():
-    first = ("Crafting commands:\ncraft 4 stick using 2 planks\ncraft 4 oak planks using 1 oak logs\n"
-             "craft 1 crafting table using 4 planks\ncraft 1 lead using 4 string, 1 slime ball\n\n"
-             "Goal: craft stick.")
+    first = (
+        "Crafting commands:\ncraft 4 stick using 2 planks\ncraft 4 oak planks using 1 oak logs\n"
+        "craft 1 crafting table using 4 planks\ncraft 1 lead using 4 string, 1 slime ball\n\n"
+        "Goal: craft stick."
+    )
     acts = textcraft_actions(first, None)
-    assert acts == ["get 1 oak logs", "get 4 string", "get 1 slime ball",
-                    "craft 4 stick using 2 oak planks",  # the kind `planks` filled by a shown item
-                    "craft 4 oak planks using 1 oak logs", "craft 1 crafting table using 4 oak planks",
-                    "craft 1 lead using 4 string, 1 slime ball", "inventory"]
+    assert acts == [
+        "get 1 oak logs",
+        "get 4 string",
+        "get 1 slime ball",
+        "craft 4 stick using 2 oak planks",  # the kind `planks` filled by a shown item
+        "craft 4 oak planks using 1 oak logs",
+        "craft 1 crafting table using 4 oak planks",
+        "craft 1 lead using 4 string, 1 slime ball",
+        "inventory",
+    ]
     assert textcraft_actions("Got 1 oak logs", acts) is acts  # later observations keep the list
 
 

@@ -32,24 +32,32 @@ def batch_of(masks, traj, turn, rewards, groups=None, values=None, old=None, ref
     pad = lambda rows: torch.tensor([list(r) + [0] * (T - len(r)) for r in rows], dtype=torch.float)
     attn = pad([[1] * len(m) for m in masks]).long()
     return Batch(
-        input_ids=torch.zeros((B, T), dtype=torch.long), attention_mask=attn, loss_mask=pad(masks),
-        old_logprobs=pad(old) if old else torch.zeros((B, T)), allowed=None,
-        traj=torch.tensor(traj), turn=torch.tensor(turn),
+        input_ids=torch.zeros((B, T), dtype=torch.long),
+        attention_mask=attn,
+        loss_mask=pad(masks),
+        old_logprobs=pad(old) if old else torch.zeros((B, T)),
+        allowed=None,
+        traj=torch.tensor(traj),
+        turn=torch.tensor(turn),
         rewards=torch.tensor(rewards, dtype=torch.float),
         groups=torch.tensor(groups if groups is not None else list(range(len(rewards)))),
-        ref_logprobs=pad(ref) if ref else None, values=pad(values) if values else None,
+        ref_logprobs=pad(ref) if ref else None,
+        values=pad(values) if values else None,
     )
 
 
 def two_turn_batch(values=None, reward=1.0, **kw):
     """One trajectory, two turns as two rows (context_turns=1), stored in the batch in REVERSE
     turn order; the second turn's row ends with observation tokens (as the reference code's did)."""
-    masks = [[O, O, O, A, A, O],  # turn 1: agent tokens 2 and 3, then an observation token
-             [O, O, A, O]]  # turn 0: agent token 0
+    masks = [
+        [O, O, O, A, A, O],  # turn 1: agent tokens 2 and 3, then an observation token
+        [O, O, A, O],
+    ]  # turn 0: agent token 0
     return batch_of(masks, traj=[0, 0], turn=[1, 0], rewards=[reward], values=values, **kw)
 
 
 # --- PPO: GAE over the agent tokens ----------------------------------------------------------------
+
 
 def test_gae_matches_a_hand_computed_multi_turn_example():
     # agent tokens in sampled order: (row 1, col 2), (row 0, col 3), (row 0, col 4)
@@ -83,10 +91,12 @@ def test_values_at_observation_tokens_do_not_leak_into_the_advantage():
 
 
 def test_with_gamma_lambda_1_and_a_zero_critic_every_agent_token_gets_the_final_reward():
-    masks = [[O, A, A, O, O, A, O],  # trajectory 0, full context: 3 agent tokens over 2 turns
-             [O, O, A, A],  # trajectory 1, turn 0
-             [O, A, O],  # trajectory 1, turn 1 (ends on an observation token)
-             [O, O, O, A]]  # trajectory 2
+    masks = [
+        [O, A, A, O, O, A, O],  # trajectory 0, full context: 3 agent tokens over 2 turns
+        [O, O, A, A],  # trajectory 1, turn 0
+        [O, A, O],  # trajectory 1, turn 1 (ends on an observation token)
+        [O, O, O, A],
+    ]  # trajectory 2
     b = batch_of(masks, traj=[0, 1, 1, 2], turn=[0, 0, 1, 0], rewards=[1.0, 0.0, 0.5])
     ppo.advantages(b, Config(gamma=1.0, lam=1.0, norm_adv=False))  # values None: a zero critic
     expect = b.rewards[b.traj].unsqueeze(-1) * b.loss_mask
@@ -96,6 +106,7 @@ def test_with_gamma_lambda_1_and_a_zero_critic_every_agent_token_gets_the_final_
 
 def test_critic_value_at_token_t_sees_only_the_tokens_before_it():
     import tiny
+
     policy = tiny.load("tiny", "babyai")
     critic = ppo.Critic(policy.model)
     torch.nn.init.normal_(critic.head.weight)  # a non-zero head, so values differ
@@ -154,6 +165,7 @@ def test_critic_learns_at_agentgym_rls_1e_5_unless_told_or_the_policys_is_larger
 
 def test_critic_values_at_rollout_run_in_micro_batches_and_equal_one_pass():
     import tiny
+
     policy = tiny.load("tiny", "babyai")
     critic = ppo.Critic(policy.model)
     torch.nn.init.normal_(critic.head.weight)
@@ -187,6 +199,7 @@ def test_ppo_loss_adds_vf_coef_times_the_value_loss_of_its_critic():
 
 
 # --- REINFORCE++ ---------------------------------------------------------------------------------
+
 
 def test_reinforce_pp_return_to_go_folds_the_kl_into_the_reward():
     # agent tokens in order: (1, 2), (0, 3), (0, 4); old - ref = 0.5, -0.2, 0.1; kl_coef 0.1
@@ -251,6 +264,7 @@ def test_reinforce_pp_batch_of_equal_returns_gets_exactly_zero_advantage(reward)
 
 # --- GRPO / RLOO ---------------------------------------------------------------------------------
 
+
 def test_grpo_advantages_have_zero_mean_per_group_and_zero_for_equal_rewards():
     rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.5, 0.5, 0.5, 0.5, 0.2, 0.9, 0.4, 0.1])
     groups = torch.tensor([0] * 4 + [1] * 4 + [2] * 4)
@@ -260,6 +274,7 @@ def test_grpo_advantages_have_zero_mean_per_group_and_zero_for_equal_rewards():
     assert torch.all(adv[groups == 1] == 0)
     assert adv[0] > 0 > adv[1]  # the terminal reward reaches the advantage
     torch.testing.assert_close(adv[:4].std(), torch.tensor(1.0), atol=1e-4, rtol=0)
+
 
 def test_rloo_baseline_for_each_sample_is_the_mean_of_the_others_in_its_group():
     rewards = [1.0, 0.0, 0.0, 0.5, 0.2, 0.9]
@@ -275,6 +290,7 @@ def test_rloo_baseline_for_each_sample_is_the_mean_of_the_others_in_its_group():
 
 # --- the terminal reward reaches every algorithm's advantages --------------------------------------
 
+
 @pytest.mark.parametrize("algo", ["grpo", "rloo", "ppo", "reinforce_pp"])
 def test_terminal_reward_reaches_the_advantages_even_when_the_sequence_ends_on_an_observation(algo):
     """The reference code's bug: R on the last token of the sequence (an observation token),
@@ -289,21 +305,31 @@ def test_terminal_reward_reaches_the_advantages_even_when_the_sequence_ends_on_a
 
 # --- the shared clipped policy loss --------------------------------------------------------------
 
+
 def one_token(ratio: float, adv: float, ref: float | None = None):
     """A one-row batch with a single agent token whose policy ratio is `ratio`."""
-    b = batch_of([[O, A]], traj=[0], turn=[0], rewards=[0.0], old=[[0.0, 0.0]],
-                 ref=[[0.0, ref]] if ref is not None else None)
+    b = batch_of(
+        [[O, A]],
+        traj=[0],
+        turn=[0],
+        rewards=[0.0],
+        old=[[0.0, 0.0]],
+        ref=[[0.0, ref]] if ref is not None else None,
+    )
     logp = torch.tensor([[0.0, math.log(ratio)]], requires_grad=True)
     return b, logp, torch.tensor([[0.0, adv]])
 
 
-@pytest.mark.parametrize("ratio,adv,clipped", [
-    (1.5, 1.0, True),  # A > 0, ratio above 1 + eps: no incentive to go further
-    (0.5, -1.0, True),  # A < 0, ratio below 1 - eps: likewise
-    (0.5, 1.0, False),  # A > 0, ratio below 1 - eps: the min keeps the unclipped term
-    (1.5, -1.0, False),  # A < 0, ratio above 1 + eps: likewise
-    (1.1, 1.0, False),  # inside the clip range
-])
+@pytest.mark.parametrize(
+    "ratio,adv,clipped",
+    [
+        (1.5, 1.0, True),  # A > 0, ratio above 1 + eps: no incentive to go further
+        (0.5, -1.0, True),  # A < 0, ratio below 1 - eps: likewise
+        (0.5, 1.0, False),  # A > 0, ratio below 1 - eps: the min keeps the unclipped term
+        (1.5, -1.0, False),  # A < 0, ratio above 1 + eps: likewise
+        (1.1, 1.0, False),  # inside the clip range
+    ],
+)
 def test_clipped_loss_has_zero_gradient_exactly_where_ppo_eq7_clips(ratio, adv, clipped):
     b, logp, a = one_token(ratio, adv)
     loss, stats = clipped_policy_loss(logp, None, b, a, clip_ratio=0.2)
@@ -340,13 +366,16 @@ def test_k3_kl_is_clamped_as_verls_low_var_kl():
     assert logp.grad[0, 0] == 0 and logp.grad[0, 1] == 0 and logp.grad[0, 2] != 0
 
 
-@pytest.mark.parametrize("ratio,adv,eps_high,clipped", [
-    (1.25, 1.0, 0.28, False),  # clip-higher: A > 0 may raise the ratio up to 1.28
-    (1.25, 1.0, 0.0, True),  # symmetric eps 0.2: clipped at 1.2
-    (1.30, 1.0, 0.28, True),  # past 1 + eps_high
-    (0.75, -1.0, 0.28, True),  # the lower side keeps eps_low = 0.2
-    (0.85, -1.0, 0.28, False),
-])
+@pytest.mark.parametrize(
+    "ratio,adv,eps_high,clipped",
+    [
+        (1.25, 1.0, 0.28, False),  # clip-higher: A > 0 may raise the ratio up to 1.28
+        (1.25, 1.0, 0.0, True),  # symmetric eps 0.2: clipped at 1.2
+        (1.30, 1.0, 0.28, True),  # past 1 + eps_high
+        (0.75, -1.0, 0.28, True),  # the lower side keeps eps_low = 0.2
+        (0.85, -1.0, 0.28, False),
+    ],
+)
 def test_clip_higher_clips_the_ratio_to_1_minus_eps_low_1_plus_eps_high(ratio, adv, eps_high, clipped):
     b, logp, a = one_token(ratio, adv)
     loss, stats = clipped_policy_loss(logp, None, b, a, clip_ratio=0.2, clip_ratio_high=eps_high)
@@ -366,8 +395,10 @@ def traj(group, reward):
 def test_dynamic_sampling_drops_equal_reward_groups_and_refills_to_the_batch_size():
     first = [traj(0, 1.0), traj(0, 0.0), traj(1, 0.0), traj(1, 0.0), traj(2, 1.0), traj(2, 1.0)]
     assert {t.group for t in informative(first)} == {0}
-    rounds = {1: [traj(10, 0.5), traj(10, 0.5), traj(11, 0.0), traj(11, 1.0)],  # one informative group
-              2: [traj(20, 1.0), traj(20, 0.0), traj(21, 0.2), traj(21, 0.7)]}  # two
+    rounds = {
+        1: [traj(10, 0.5), traj(10, 0.5), traj(11, 0.0), traj(11, 1.0)],  # one informative group
+        2: [traj(20, 1.0), traj(20, 0.0), traj(21, 0.2), traj(21, 0.7)],
+    }  # two
     asked = []
     kept, stats = dynamic_sampling(first, lambda r: (asked.append(r), rounds[r])[1], want=3, max_rounds=5)
     assert asked == [1, 2]  # stopped as soon as 3 groups had signal
@@ -379,8 +410,12 @@ def test_dynamic_sampling_drops_equal_reward_groups_and_refills_to_the_batch_siz
 def test_dynamic_sampling_stops_at_the_cap_and_never_leaves_the_step_empty():
     flat = lambda g: [traj(g, 0.0), traj(g, 0.0)]
     asked = []
-    kept, stats = dynamic_sampling(flat(0) + [traj(1, 0.0), traj(1, 1.0)],
-                                   lambda r: (asked.append(r), flat(10 * r))[1], want=2, max_rounds=2)
+    kept, stats = dynamic_sampling(
+        flat(0) + [traj(1, 0.0), traj(1, 1.0)],
+        lambda r: (asked.append(r), flat(10 * r))[1],
+        want=2,
+        max_rounds=2,
+    )
     assert asked == [1, 2] and [t.group for t in kept] == [1, 1] and stats["dynamic/rounds"] == 2
     first = flat(0) + flat(1)
     kept, stats = dynamic_sampling(first, lambda r: flat(10 * r), want=2, max_rounds=1)
@@ -420,17 +455,29 @@ def test_algorithm_files_never_import_the_environment_client_and_agent_never_imp
     import subprocess
     import sys
 
-    code = ("import sys, grpo, ppo, reinforce_pp; assert not {'envs', 'agent', 'tiny'} & set(sys.modules); "
-            "import agent; assert 'tiny' not in sys.modules")
+    code = (
+        "import sys, grpo, ppo, reinforce_pp; assert not {'envs', 'agent', 'tiny'} & set(sys.modules); "
+        "import agent; assert 'tiny' not in sys.modules"
+    )
     root = __file__.rsplit("/tests/", 1)[0]
     subprocess.run([sys.executable, "-c", code], cwd=root, check=True)
 
 
 # --- end to end ----------------------------------------------------------------------------------
 
+
 def small(tmp_path, **kw) -> Config:
-    base = dict(steps=2, tasks_per_step=2, group_size=2, minibatch_size=2, eval_episodes=0,
-                rounds="2,3", steps_per_stage=1, out=str(tmp_path), save_every=1)
+    base = dict(
+        steps=2,
+        tasks_per_step=2,
+        group_size=2,
+        minibatch_size=2,
+        eval_episodes=0,
+        rounds="2,3",
+        steps_per_stage=1,
+        out=str(tmp_path),
+        save_every=1,
+    )
     base.update(kw)
     return Config(**base)
 
@@ -447,8 +494,14 @@ def spy_on(algo: str, monkeypatch) -> list:
     def loss(logp, entropy, mb, cfg, state=None):
         total, st = inner.loss(logp, entropy, mb, cfg, state)
         d = logp.detach().cpu() - mb.old_logprobs
-        calls.append((step[0], st["losses/approx_kl"], float((d * mb.advantages * mb.loss_mask).sum()),
-                      float(mb.advantages.abs().sum())))
+        calls.append(
+            (
+                step[0],
+                st["losses/approx_kl"],
+                float((d * mb.advantages * mb.loss_mask).sum()),
+                float(mb.advantages.abs().sum()),
+            )
+        )
         return total, st
 
     monkeypatch.setitem(ALGOS, algo, Algorithm(advantages, loss, inner.init))
@@ -464,15 +517,24 @@ def test_each_algorithm_trains_end_to_end_on_babyai(tmp_path, monkeypatch, algo)
     train(small(tmp_path, algo=algo, rounds="3", group_size=4, minibatch_size=8, epochs=2))
     rows = [json.loads(x) for x in open(tmp_path / "metrics.jsonl")]
     assert [r["step"] for r in rows] == [1, 2]
-    keys = {"losses/loss", "losses/policy_loss", "losses/approx_kl", "losses/clipfrac", "losses/entropy",
-            "losses/kl"}
+    keys = {
+        "losses/loss",
+        "losses/policy_loss",
+        "losses/approx_kl",
+        "losses/clipfrac",
+        "losses/entropy",
+        "losses/kl",
+    }
     if algo == "ppo":
         keys |= {"losses/value_loss", "losses/explained_variance", "losses/vf_clipfrac"}
     assert keys <= set(rows[0]) and keys <= set(rows[1])
     assert all(math.isfinite(r[k]) for r in rows for k in keys)
     for step in (1, 2):
         mine = [c for c in calls if c[0] == step]
-        first, second = mine[:len(mine) // 2], mine[len(mine) // 2:]  # epochs 1 and 2: the same micro-batches
+        first, second = (
+            mine[: len(mine) // 2],
+            mine[len(mine) // 2 :],
+        )  # epochs 1 and 2: the same micro-batches
         assert len(mine) % 2 == 0 and max(abs(c[1]) for c in first) < 1e-6
         assert min(c[1] for c in second) > 100 * max(max(abs(c[1]) for c in first), 1e-9)
         assert abs(sum(c[2] for c in first)) < 1e-4
@@ -496,8 +558,17 @@ def test_dynamic_sampling_and_the_overlong_filter_act_in_the_training_loop(tmp_p
         grpo.advantages(batch, cfg, state)
 
     monkeypatch.setitem(ALGOS, "grpo", Algorithm(advantages, grpo.loss))
-    train(small(tmp_path, rounds="2", dynamic_sampling=True, dynamic_max_rounds=2, overlong_filter=True,
-                max_new_tokens=2, clip_ratio_high=0.28))
+    train(
+        small(
+            tmp_path,
+            rounds="2",
+            dynamic_sampling=True,
+            dynamic_max_rounds=2,
+            overlong_filter=True,
+            max_new_tokens=2,
+            clip_ratio_high=0.28,
+        )
+    )
     rows = [json.loads(x) for x in open(tmp_path / "metrics.jsonl")]
     assert len(rows) == len(seen) == 2
     for r, (spread, empty) in zip(rows, seen):

@@ -87,7 +87,7 @@ def test_toggle_and_go_through_opens_the_door_and_puts_the_agent_past_it():
                 doors = [a for a in r["available_actions"] if a.startswith("toggle and go through")]
                 if not doors:
                     continue
-                name = doors[0][len("toggle and go through "):]
+                name = doors[0][len("toggle and go through ") :]
                 door = next(o for o in game.visible_objects() if o["name"] == name)
                 assert not door["obj"].is_open
                 r = game.step(doors[0])
@@ -127,7 +127,9 @@ def test_bad_requests_get_4xx_json(server):
     assert r.status_code == 422 and "data_idx" in r.json()["error"]  # negative: fails validation
     r = requests.get(u + "/observation", params={"id": "abc"})
     assert r.status_code == 422
-    assert requests.post(u + "/reset", json={"env_idx": iid, "data_idx": 1}).status_code == 200  # AgentGym's name
+    assert (
+        requests.post(u + "/reset", json={"env_idx": iid, "data_idx": 1}).status_code == 200
+    )  # AgentGym's name
 
 
 def _png(data_url: str):
@@ -173,7 +175,9 @@ def test_render_field_is_the_real_minigrid_frame_at_every_answer(server):
     plain = c.create()
     assert requests.get(server.url + "/render", params={"id": plain}).status_code == 400
     c.reset(plain, 4)
-    assert np.array_equal(_png(requests.get(server.url + "/render", params={"id": plain}).json()["frame"]), want)
+    assert np.array_equal(
+        _png(requests.get(server.url + "/render", params={"id": plain}).json()["frame"]), want
+    )
     assert requests.post(server.url + "/create", json={"render": "yes"}).status_code == 422  # its type
     assert requests.get(server.url + "/render", params={"id": 9999}).status_code == 404
 
@@ -231,13 +235,18 @@ def test_a_level_minigrid_cannot_generate_returns_quickly(server):
     start = time.time()
     r = requests.post(server.url + "/reset", json={"id": iid, "data_idx": 304514}, timeout=30)
     assert time.time() - start < 10
-    assert r.status_code == 200 and "Goal:" in r.json()["observation"] or \
-        r.status_code == 400 and "could not generate" in r.json()["error"]
+    assert (
+        r.status_code == 200
+        and "Goal:" in r.json()["observation"]
+        or r.status_code == 400
+        and "could not generate" in r.json()["error"]
+    )
     assert requests.post(server.url + "/reset", json={"id": iid, "data_idx": 1}).status_code == 200
 
 
 def test_level_generation_gives_up_with_a_clear_error(monkeypatch):
     import servers.babyai as B
+
     monkeypatch.setattr(B, "MAX_ATTEMPTS", 1)
     env = B.BabyAIText()
     with pytest.raises(B.EnvError, match="could not generate level BabyAI-SynthS5R2-v0 with seed 7612"):

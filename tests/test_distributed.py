@@ -12,8 +12,8 @@ import uuid
 import psutil
 import torch
 
-from machinery import dist
 from envs import free_port
+from machinery import dist
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
@@ -24,9 +24,24 @@ import distributed_update  # noqa: E402
 def launch(script: str, *args: str, marker: str = "") -> subprocess.CompletedProcess:
     """`accelerate launch` with 2 CPU processes: --multi_gpu is the form that starts two (gloo;
     `--cpu --num_processes 2` starts one); a free port, so that parallel runs do not collide."""
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-           "--main_process_port", str(free_port()), script, *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(free_port()),
+        script,
+        *args,
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "AGENTGYM_TEST_MARKER": marker}
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -66,9 +81,30 @@ def test_two_processes_give_the_same_advantages_and_update_as_one(tmp_path):
 
 def test_a_two_process_training_run_writes_one_set_of_files_and_leaves_no_server(tmp_path):
     marker = uuid.uuid4().hex  # in the environment of every process the run starts
-    launch("train.py", "--steps", "2", "--tasks-per-step", "2", "--group-size", "2", "--minibatch-size", "2",
-           "--eval-episodes", "4", "--rounds", "2,3", "--steps-per-stage", "1", "--save-every", "1",
-           "--save-rollouts-every", "1", "--out", str(tmp_path), marker=marker)
+    launch(
+        "train.py",
+        "--steps",
+        "2",
+        "--tasks-per-step",
+        "2",
+        "--group-size",
+        "2",
+        "--minibatch-size",
+        "2",
+        "--eval-episodes",
+        "4",
+        "--rounds",
+        "2,3",
+        "--steps-per-stage",
+        "1",
+        "--save-every",
+        "1",
+        "--save-rollouts-every",
+        "1",
+        "--out",
+        str(tmp_path),
+        marker=marker,
+    )
     rows = [json.loads(x) for x in open(tmp_path / "metrics.jsonl")]
     assert [r["step"] for r in rows] == [1, 2]  # one writer
     for step in (1, 2):  # the step's rollouts: both processes' episodes, gathered in task order
@@ -81,7 +117,9 @@ def test_a_two_process_training_run_writes_one_set_of_files_and_leaves_no_server
     assert {"eval_before", "eval_after"} <= set(summary)
     saved = torch.load(tmp_path / "checkpoint" / "state.pt", weights_only=False)
     assert saved["step"] == 2 and len(saved["rng"]) == 2  # each process's sampling stream
-    assert os.path.exists(tmp_path / "server.log") and os.path.exists(tmp_path / "server.1.log")  # a server each
+    assert os.path.exists(tmp_path / "server.log") and os.path.exists(
+        tmp_path / "server.1.log"
+    )  # a server each
     left = []
     for p in psutil.process_iter():
         try:
@@ -92,14 +130,15 @@ def test_a_two_process_training_run_writes_one_set_of_files_and_leaves_no_server
     assert not left
 
 
-
 def test_the_fsdp_config_is_fsdp_1_wrapping_the_qwen2_layer_with_original_parameters():
     from accelerate.commands.config.config_args import load_config_from_file
     from transformers.models.qwen2 import modeling_qwen2
 
     cfg = load_config_from_file(os.path.join(ROOT, "accelerate_configs", "fsdp_7b.yaml"))
     fsdp = cfg.fsdp_config
-    assert str(cfg.distributed_type).endswith("FSDP") and fsdp["fsdp_version"] == 1  # dist.full_weights: FSDP 1
+    assert (
+        str(cfg.distributed_type).endswith("FSDP") and fsdp["fsdp_version"] == 1
+    )  # dist.full_weights: FSDP 1
     assert fsdp["fsdp_use_orig_params"] and fsdp["fsdp_auto_wrap_policy"] == "TRANSFORMER_BASED_WRAP"
     assert hasattr(modeling_qwen2, fsdp["fsdp_transformer_layer_cls_to_wrap"])
 

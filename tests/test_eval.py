@@ -6,14 +6,25 @@ from eval import pass_at_k, summarise, summary_table
 
 
 def fake(task, success, category, turns=2):
-    return SimpleNamespace(task=task, success=success, category=category, score=float(success),
-                           reward=float(success), turns=turns, error="", truncated=0)
+    return SimpleNamespace(
+        task=task,
+        success=success,
+        category=category,
+        score=float(success),
+        reward=float(success),
+        turns=turns,
+        error="",
+        truncated=0,
+    )
 
 
 def test_pass_at_k_per_category_uses_only_that_categorys_tasks():
     # task 0 (A): 1 of 4 correct; task 1 (A): 0 of 4; task 2 (B): 4 of 4
-    trajs = ([fake(0, i == 0, "A") for i in range(4)] + [fake(1, False, "A") for _ in range(4)]
-             + [fake(2, True, "B") for _ in range(4)])
+    trajs = (
+        [fake(0, i == 0, "A") for i in range(4)]
+        + [fake(1, False, "A") for _ in range(4)]
+        + [fake(2, True, "B") for _ in range(4)]
+    )
     s = summarise(trajs, 4)
     assert set(s["pass_at_k"]) == {"1", "2", "4"}
     a = s["by_category"]["A"]
@@ -32,8 +43,14 @@ def test_summary_table_is_aligned_markdown_with_every_category_and_k():
         lines = table.splitlines()
         assert len({len(line) for line in lines}) == 1  # every row the same width: columns line up
         assert lines[1].startswith("|--") and all(line.startswith("| ") for line in lines[:1] + lines[2:])
-    assert [line.split("|")[1].strip() for line in tables[0].splitlines()[2:]] == ["all", "GoToObj", "GoToRedBall-v0"]
-    assert tables[1].splitlines()[0].split("|")[2:-1] == [f" {k:>5} " for k in ("k=1", "k=2", "k=4", "k=8", "k=16", "k=32", "k=64")]
+    assert [line.split("|")[1].strip() for line in tables[0].splitlines()[2:]] == [
+        "all",
+        "GoToObj",
+        "GoToRedBall-v0",
+    ]
+    assert tables[1].splitlines()[0].split("|")[2:-1] == [
+        f" {k:>5} " for k in ("k=1", "k=2", "k=4", "k=8", "k=16", "k=32", "k=64")
+    ]
     assert "0.333" in tables[0].splitlines()[2]  # success of all: 2 of 6 tasks
 
 

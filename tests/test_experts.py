@@ -78,6 +78,7 @@ def test_babyai_expert_answers_where_the_bot_would_replan_without_end(babyai):
 
 def test_asking_the_babyai_expert_changes_nothing_the_agent_sees(babyai):
     """The expert plans on its own copies: the episode is where it was, and steps the same way."""
+
     def episode(ask: bool) -> list[str]:
         iid = requests.post(babyai + "/create", json={}).json()["id"]
         requests.post(babyai + "/reset", json={"id": iid, "data_idx": 400021})  # PutNextLocal
@@ -178,8 +179,10 @@ def test_sciworld_expert_says_when_the_agent_left_the_gold_path(sciworld):
     requests.post(sciworld + "/close", json={"id": iid})
 
 
-needs_chromium = pytest.mark.skipif(not (shutil.which("chromium") or os.environ.get("WEBARENA_CHROMIUM")),
-                                    reason="needs Chromium (apt-get install -y chromium)")
+needs_chromium = pytest.mark.skipif(
+    not (shutil.which("chromium") or os.environ.get("WEBARENA_CHROMIUM")),
+    reason="needs Chromium (apt-get install -y chromium)",
+)
 
 
 @pytest.fixture(scope="module")
@@ -280,8 +283,9 @@ def test_webarena_reply_is_read_by_the_server_as_its_action():
 
 def test_expert_episodes_are_eval_trajectories_that_view_reads(tmp_path, textcraft):
     out = str(tmp_path / "demos")
-    summary = evaluation.main(["--env", "textcraft", "--expert", "true", "--task-ids", "4,9",
-                               "--url", textcraft, "--out", out])
+    summary = evaluation.main(
+        ["--env", "textcraft", "--expert", "true", "--task-ids", "4,9", "--url", textcraft, "--out", out]
+    )
     assert summary["model"] == "expert" and summary["success_rate"] == 1.0
     rows, problems = view.read_jsonl(os.path.join(out, "trajectories.jsonl"))
     assert not problems and [r["task"] for r in rows] == [4, 9]

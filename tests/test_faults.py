@@ -14,8 +14,17 @@ from train import Config, checkpoint_folder, train
 
 
 def small(out, **kw) -> Config:
-    base = dict(steps=3, tasks_per_step=2, group_size=2, minibatch_size=2, eval_episodes=0,
-                rounds="2,3", steps_per_stage=1, out=str(out), save_every=1)
+    base = dict(
+        steps=3,
+        tasks_per_step=2,
+        group_size=2,
+        minibatch_size=2,
+        eval_episodes=0,
+        rounds="2,3",
+        steps_per_stage=1,
+        out=str(out),
+        save_every=1,
+    )
     base.update(kw)
     return Config(**base)
 
@@ -24,7 +33,9 @@ def rows(out) -> list[dict]:
     return [json.loads(x) for x in open(out / "metrics.jsonl")]
 
 
-def test_episodes_cut_by_a_killed_server_are_left_out_of_the_update_and_counted(tmp_path, monkeypatch, capsys):
+def test_episodes_cut_by_a_killed_server_are_left_out_of_the_update_and_counted(
+    tmp_path, monkeypatch, capsys
+):
     """At step 2's second turn the server is killed: those episodes end in an environment error,
     are counted in metrics.jsonl and warned about, never reach the update; step 3 runs on a
     restarted server."""
@@ -46,8 +57,14 @@ def test_episodes_cut_by_a_killed_server_are_left_out_of_the_update_and_counted(
     make_batch = train_module.make_batch
     monkeypatch.setattr(EnvPool, "reset", counting_reset)
     monkeypatch.setattr(EnvPool, "step", killing_step)
-    monkeypatch.setattr(train_module, "make_batch", lambda trajs, *a: batches.append(
-        (calls["reset"], len(trajs), sum(bool(t.error) for t in trajs))) or make_batch(trajs, *a))
+    monkeypatch.setattr(
+        train_module,
+        "make_batch",
+        lambda trajs, *a: (
+            batches.append((calls["reset"], len(trajs), sum(bool(t.error) for t in trajs)))
+            or make_batch(trajs, *a)
+        ),
+    )
     train(small(tmp_path))
     m = rows(tmp_path)
     assert [r["step"] for r in m] == [1, 2, 3]
@@ -97,6 +114,7 @@ def test_a_kill_while_checkpointing_keeps_the_previous_checkpoint_and_resume_is_
     assert ra[2]["charts/reward"] == rb[2]["charts/reward"]
     assert abs(ra[2]["losses/loss"] - rb[2]["losses/loss"]) < 1e-6
     from safetensors.torch import load_file
+
     wa = load_file(str(a / "checkpoint" / "model.safetensors"))
     wb = load_file(str(b / "checkpoint" / "model.safetensors"))
     for k in wa:

@@ -13,8 +13,16 @@ from machinery.kv_cache import ReservedLayer, prefill
 
 def lora_policy(dtype: str) -> Policy:
     torch.manual_seed(0)
-    base = Qwen2ForCausalLM(Qwen2Config(vocab_size=200, hidden_size=32, intermediate_size=64,
-                                        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2))
+    base = Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=200,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+        )
+    )
     model = lora.add_adapters(base, rank=4)
     with torch.no_grad():  # adapters away from B = 0, as after some training
         for name, p in model.named_parameters():

@@ -21,9 +21,14 @@ def batch_of(masks, traj, turn, rewards, groups, anchors) -> Batch:
     return Batch(
         input_ids=torch.zeros((B, T), dtype=torch.long),
         attention_mask=pad([[1] * len(m) for m in masks]).long(),
-        loss_mask=pad(masks), old_logprobs=torch.zeros((B, T)), allowed=None,
-        traj=torch.tensor(traj), turn=torch.tensor(turn), rewards=torch.tensor(rewards, dtype=torch.float),
-        groups=torch.tensor(groups), anchors=anchors,
+        loss_mask=pad(masks),
+        old_logprobs=torch.zeros((B, T)),
+        allowed=None,
+        traj=torch.tensor(traj),
+        turn=torch.tensor(turn),
+        rewards=torch.tensor(rewards, dtype=torch.float),
+        groups=torch.tensor(groups),
+        anchors=anchors,
     )
 
 
@@ -31,10 +36,12 @@ def batch_of(masks, traj, turn, rewards, groups, anchors) -> Batch:
 # to read the same as group 0's (it must NOT join group 0's step group).
 REWARDS = [1.0, 0.0, 1.0, 0.0]
 GROUPS = [0, 0, 0, 1]
-ANCHORS = [["s0", "s1"],  # a: s0 -> s1 -> success at its 2nd turn
-           ["s0", "s1", "s2"],  # b: s0 -> s1 -> s2 -> fails
-           ["s0"],  # c: success at its 1st turn
-           ["s0"]]  # d: the other task, fails
+ANCHORS = [
+    ["s0", "s1"],  # a: s0 -> s1 -> success at its 2nd turn
+    ["s0", "s1", "s2"],  # b: s0 -> s1 -> s2 -> fails
+    ["s0"],  # c: success at its 1st turn
+    ["s0"],
+]  # d: the other task, fails
 
 
 def test_step_groups_are_anchor_states_within_an_episode_group():
@@ -62,8 +69,9 @@ def test_mean_norm_drops_the_std_at_both_levels():
     std = gigpo.gigpo_advantages([1.0, 0.0, 0.0, 0.0], [0] * 4, anchors, omega=0.0, step_norm="std")
     assert abs(std[0][0] - 1.5) < 1e-5  # (1 - 0.25) / 0.5
     # the step level alone: two rollouts meet at s1 with returns 1 and 0 -> +-0.5, not +-0.707
-    got = gigpo.gigpo_advantages([1.0, 0.0], [0, 0], [["s0", "s1"], ["s0", "s1"]], omega=1.0, gamma=1.0,
-                                 step_norm="mean")
+    got = gigpo.gigpo_advantages(
+        [1.0, 0.0], [0, 0], [["s0", "s1"], ["s0", "s1"]], omega=1.0, gamma=1.0, step_norm="mean"
+    )
     assert got == [[1.0, 1.0], [-1.0, -1.0]]  # A^E +-0.5, A^S +-0.5 at both shared states
 
 
@@ -76,17 +84,14 @@ def test_combined_advantage_matches_a_hand_computed_example():
     # (0, s2) and (1, s0) are singletons -> 0.
     r3, r2 = 1 / math.sqrt(3), 1 / math.sqrt(2)
     got = gigpo.gigpo_advantages(REWARDS, GROUPS, ANCHORS, omega=1.0, gamma=0.5)
-    expect = [[r3 + 0.0, r3 + r2],
-              [-2 * r3 - 1.0, -2 * r3 - r2, -2 * r3],
-              [r3 + 1.0],
-              [0.0]]
+    expect = [[r3 + 0.0, r3 + r2], [-2 * r3 - 1.0, -2 * r3 - r2, -2 * r3], [r3 + 1.0], [0.0]]
     for g, e in zip(got, expect):
         torch.testing.assert_close(torch.tensor(g), torch.tensor(e), atol=1e-5, rtol=0)
     # omega scales only the step term: omega = 2 doubles (A - A^E)
     got2 = gigpo.gigpo_advantages(REWARDS, GROUPS, ANCHORS, omega=2.0, gamma=0.5)
-    torch.testing.assert_close(torch.tensor(got2[1]),
-                               torch.tensor([-2 * r3 - 2.0, -2 * r3 - 2 * r2, -2 * r3]),
-                               atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        torch.tensor(got2[1]), torch.tensor([-2 * r3 - 2.0, -2 * r3 - 2 * r2, -2 * r3]), atol=1e-5, rtol=0
+    )
 
 
 def test_a_turn_from_a_singleton_state_gets_only_the_episode_term():
@@ -107,8 +112,7 @@ def test_equal_returns_give_zero_step_advantage():
     got = gigpo.gigpo_advantages([r] * 8, [0] * 8, [["s0"]] * 8)
     assert all(abs(a[0]) < 1e-9 for a in got)
     # the same returns after different first states: still zero at the shared second state
-    got = gigpo.gigpo_advantages([r, r, 0.0], [0, 0, 0], [["s0", "s1"], ["s0", "s1"], ["s0"]],
-                                 gamma=0.9)
+    got = gigpo.gigpo_advantages([r, r, 0.0], [0, 0, 0], [["s0", "s1"], ["s0", "s1"], ["s0"]], gamma=0.9)
     a_ep = grpo.group_advantages(torch.tensor([r, r, 0.0]), torch.tensor([0, 0, 0])).tolist()
     assert abs(got[0][1] - a_ep[0]) < 1e-6 and abs(got[1][1] - a_ep[1]) < 1e-6
 
@@ -127,9 +131,7 @@ def test_advantages_land_on_each_turns_agent_tokens_in_both_layouts():
     per_turn = gigpo.gigpo_advantages(REWARDS, GROUPS, ANCHORS, gamma=0.5)
     # a: ONE row, whole conversation (two runs of agent tokens = two turns, ends on an observation)
     # b: one row per turn, stored out of turn order; c, d: one row each
-    masks = [[O, A, A, O, O, A, O],
-             [O, O, A, A], [O, A, O], [O, A],
-             [O, A], [O, O, A]]
+    masks = [[O, A, A, O, O, A, O], [O, O, A, A], [O, A, O], [O, A], [O, A], [O, O, A]]
     traj, turn = [0, 1, 1, 1, 2, 3], [0, 2, 0, 1, 0, 0]
     b = batch_of(masks, traj, turn, REWARDS, GROUPS, ANCHORS)
     gigpo.advantages(b, cfg)
@@ -182,8 +184,21 @@ def test_gigpo_trains_end_to_end_on_babyai_and_logs_the_binding_probe(tmp_path, 
         return grpo.loss(logp, entropy, mb, cfg, state)
 
     monkeypatch.setitem(ALGOS, "gigpo", Algorithm(advantages, loss))
-    train(Config(algo="gigpo", steps=2, tasks_per_step=2, group_size=3, minibatch_size=3, eval_episodes=0,
-                 rounds="2,3", steps_per_stage=1, out=str(tmp_path), probe_every=2, probe_states=12))
+    train(
+        Config(
+            algo="gigpo",
+            steps=2,
+            tasks_per_step=2,
+            group_size=3,
+            minibatch_size=3,
+            eval_episodes=0,
+            rounds="2,3",
+            steps_per_stage=1,
+            out=str(tmp_path),
+            probe_every=2,
+            probe_states=12,
+        )
+    )
     rows = [json.loads(x) for x in open(tmp_path / "metrics.jsonl")]
     assert [r["step"] for r in rows] == [1, 2]
     assert all(r["losses/loss"] == r["losses/loss"] for r in rows)  # not NaN

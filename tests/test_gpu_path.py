@@ -40,13 +40,33 @@ def test_evaluation_generates_in_batches_of_generation_batch_size(tmp_path, batc
     """eval_before / eval_after of train.py and eval.py itself (before: always up to 256 at once)."""
     import eval as eval_module
 
-    train(Config(steps=1, tasks_per_step=1, group_size=2, eval_episodes=6, rounds="2",
-                 generation_batch_size=2,
-                 out=str(tmp_path / "run")))
+    train(
+        Config(
+            steps=1,
+            tasks_per_step=1,
+            group_size=2,
+            eval_episodes=6,
+            rounds="2",
+            generation_batch_size=2,
+            out=str(tmp_path / "run"),
+        )
+    )
     assert batch_sizes and max(batch_sizes) == 2
     batch_sizes.clear()
-    eval_module.main(["--limit", "5", "--max-turns", "2", "--generation-batch-size", "2", "--parallel", "5",
-                      "--out", str(tmp_path / "eval")])
+    eval_module.main(
+        [
+            "--limit",
+            "5",
+            "--max-turns",
+            "2",
+            "--generation-batch-size",
+            "2",
+            "--parallel",
+            "5",
+            "--out",
+            str(tmp_path / "eval"),
+        ]
+    )
     assert batch_sizes and max(batch_sizes) == 2
 
 
@@ -73,13 +93,25 @@ def test_a_bf16_lora_run_resumes_with_its_base_in_bf16(fresh_accelerate, tmp_pat
     def spy(forward, *a, **k):
         model = getattr(forward, "model", forward)
         head = {id(p) for p in model.get_output_embeddings().parameters()}  # float32 (logprobs.fp32_head)
-        dtypes.append({("adapter" if "lora_" in n else "head" if id(p) in head else "base", p.dtype)
-                       for n, p in model.named_parameters()})
+        dtypes.append(
+            {
+                ("adapter" if "lora_" in n else "head" if id(p) in head else "base", p.dtype)
+                for n, p in model.named_parameters()
+            }
+        )
         return real(forward, *a, **k)
 
     monkeypatch.setattr(train_module, "update", spy)
-    cfg = Config(steps=1, tasks_per_step=1, group_size=2, eval_episodes=0, rounds="2", lora_rank=4,
-                 mixed_precision="bf16", out=str(tmp_path / "run"))
+    cfg = Config(
+        steps=1,
+        tasks_per_step=1,
+        group_size=2,
+        eval_episodes=0,
+        rounds="2",
+        lora_rank=4,
+        mixed_precision="bf16",
+        out=str(tmp_path / "run"),
+    )
     train(cfg)
     train(Config(**{**cfg.__dict__, "steps": 2, "resume": str(tmp_path / "run" / "checkpoint")}))
     assert len(dtypes) == 2

@@ -35,8 +35,9 @@ class Target:
 
     def post(self, path, body, **kw):
         if isinstance(body, (bytes, str)):
-            return requests.post(self.url + path, data=body, headers={"Content-Type": "application/json"},
-                                 timeout=60, **kw)
+            return requests.post(
+                self.url + path, data=body, headers={"Content-Type": "application/json"}, timeout=60, **kw
+            )
         return requests.post(self.url + path, json=body, timeout=60, **kw)
 
     def still_serves(self):
@@ -67,8 +68,17 @@ def assert_4xx_json(r, *statuses):
 
 def test_malformed_and_deeply_nested_json(target):
     t = target
-    bodies = [b"not json", b"{", b"", b"[]", b'"text"', b"\xff\xfe\x00", b"[" * 100_000 + b"]" * 100_000,
-              b'{"a":' * 50_000 + b"1" + b"}" * 50_000, b"{" + b'"k":1,' * 100_000 + b'"x":0}']
+    bodies = [
+        b"not json",
+        b"{",
+        b"",
+        b"[]",
+        b'"text"',
+        b"\xff\xfe\x00",
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"a":' * 50_000 + b"1" + b"}" * 50_000,
+        b"{" + b'"k":1,' * 100_000 + b'"x":0}',
+    ]
     for path in ("/reset", "/step", "/close"):
         for body in bodies:
             assert_4xx_json(t.post(path, body))
@@ -79,13 +89,22 @@ def test_malformed_and_deeply_nested_json(target):
 
 def test_nan_infinity_and_lone_surrogates(target):
     t = target
-    reset = ['{"id": NaN, "data_idx": 0}', f'{{"id": {t.id}, "data_idx": NaN}}',
-             f'{{"id": {t.id}, "data_idx": Infinity}}', f'{{"id": {t.id}, "data_idx": -Infinity}}',
-             f'{{"id": {t.id}, "data_idx": 0, "\\ud800": 1}}', '{"id": "\\ud800"}',
-             f'{{"id": {t.id}, "idx": "\\udc00"}}']
-    step = ['{"id": NaN, "action": "x"}', f'{{"id": {t.id}, "action": NaN}}',
-            f'{{"id": {t.id}, "action": "\\ud800"}}', f'{{"id": {t.id}, "action": "go \\udfff now"}}',
-            f'{{"id": {t.id}, "action": "x", "\\ud800": "\\ud800"}}']
+    reset = [
+        '{"id": NaN, "data_idx": 0}',
+        f'{{"id": {t.id}, "data_idx": NaN}}',
+        f'{{"id": {t.id}, "data_idx": Infinity}}',
+        f'{{"id": {t.id}, "data_idx": -Infinity}}',
+        f'{{"id": {t.id}, "data_idx": 0, "\\ud800": 1}}',
+        '{"id": "\\ud800"}',
+        f'{{"id": {t.id}, "idx": "\\udc00"}}',
+    ]
+    step = [
+        '{"id": NaN, "action": "x"}',
+        f'{{"id": {t.id}, "action": NaN}}',
+        f'{{"id": {t.id}, "action": "\\ud800"}}',
+        f'{{"id": {t.id}, "action": "go \\udfff now"}}',
+        f'{{"id": {t.id}, "action": "x", "\\ud800": "\\ud800"}}',
+    ]
     for path, bodies in (("/reset", reset), ("/step", step)):
         for body in bodies:
             r = t.post(path, body.encode())
@@ -132,10 +151,26 @@ def test_create_with_unknown_or_ill_typed_keys(target):
 def test_huge_and_odd_actions(target):
     t = target
     assert_4xx_json(t.post("/step", {"id": t.id, "action": "a" * 1_000_001}), 422)
-    odd = ["", " ", "\x00", "\x00" * 100, "\u202e\u200b", "😀" * 100, "\r\n\t", "%s%n%x", "'; DROP TABLE x; --",
-           "../../etc/passwd", "\\", "a" * 50_000, "Action: " + "x" * 5000, "<search>" + "y " * 2000 + "</search>",
-           "```type [1] [" + "z" * 90_000 + "] [1]```", "```goto [file:///etc/passwd]```",
-           "```" + "click [" + "9" * 5000 + "]```", "```press [" + "Control+" * 500 + "a]```"]
+    odd = [
+        "",
+        " ",
+        "\x00",
+        "\x00" * 100,
+        "\u202e\u200b",
+        "😀" * 100,
+        "\r\n\t",
+        "%s%n%x",
+        "'; DROP TABLE x; --",
+        "../../etc/passwd",
+        "\\",
+        "a" * 50_000,
+        "Action: " + "x" * 5000,
+        "<search>" + "y " * 2000 + "</search>",
+        "```type [1] [" + "z" * 90_000 + "] [1]```",
+        "```goto [file:///etc/passwd]```",
+        "```" + "click [" + "9" * 5000 + "]```",
+        "```press [" + "Control+" * 500 + "a]```",
+    ]
     for action in odd:
         t.post("/reset", {"id": t.id, "data_idx": 0})
         r = t.post("/step", {"id": t.id, "action": action})
@@ -179,10 +214,15 @@ def test_concurrent_creates_and_step_close_races(target):
 def test_garbage_http_and_half_open_sockets(target):
     t = target
     idle = []
-    for junk in (b"GARBAGE\r\n\r\n", b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + os.urandom(64),
-                 b"POST /step HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{\"id\": 0",
-                 b"GET / HTTP/1.1\r\nHost: x\r\n", b"POST /reset HTTP/1.1\r\nContent-Length: -5\r\n\r\n",
-                 b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n", b""):
+    for junk in (
+        b"GARBAGE\r\n\r\n",
+        b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + os.urandom(64),
+        b'POST /step HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{"id": 0',
+        b"GET / HTTP/1.1\r\nHost: x\r\n",
+        b"POST /reset HTTP/1.1\r\nContent-Length: -5\r\n\r\n",
+        b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\n\r\n",
+        b"",
+    ):
         s = socket.create_connection(("127.0.0.1", t.port), timeout=5)
         s.sendall(junk)
         idle.append(s)  # left open, half-written
@@ -200,6 +240,6 @@ def test_answers_are_always_valid_json(target):
     """An action with unusual Unicode comes back in the observation (e.g. echoed) as valid JSON."""
     t = target
     t.post("/reset", {"id": t.id, "data_idx": 0})
-    r = t.post("/step", {"id": t.id, "action": "\U0001F600 \u0000 \uFFFF \u2028"})
+    r = t.post("/step", {"id": t.id, "action": "\U0001f600 \u0000 \uffff \u2028"})
     assert r.status_code == 200 and json.loads(r.content.decode("utf-8"))
     t.still_serves()

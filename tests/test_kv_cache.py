@@ -32,9 +32,17 @@ def llama_policy(path):
     policy = tiny_policy(path)
     tok = policy.tokenizer
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-                      eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
     policy.model = LlamaForCausalLM(cfg).eval()
     return policy
 
@@ -65,12 +73,18 @@ def test_the_cached_rollout_gives_the_same_tokens_and_logprobs(tiny_path, pool, 
 
 @pytest.mark.parametrize("make", [tiny_policy, llama_policy], ids=["tiny-qwen2", "random-llama"])
 def test_bucketed_prefill_equals_each_prompt_alone(tiny_path, make):
-    """Prompts (one of them twice) from 1x to over 3x the shortest's length: several prefill buckets, joined for decoding."""
+    """Prompts (one of them twice) from 1x to over 3x the shortest's length: several prefill buckets, joined
+    for decoding."""
     policy = make(tiny_path)
     policy.mask_actions, policy.max_new_tokens = False, 5
     tok = policy.tokenizer
-    texts = ["turn left", "go to the red ball " * 3, "You see a grey key 1 step ahead. " * 6, "move forward " * 9,
-             "turn left"]  # (a repeated prompt is encoded once)
+    texts = [
+        "turn left",
+        "go to the red ball " * 3,
+        "You see a grey key 1 step ahead. " * 6,
+        "move forward " * 9,
+        "turn left",
+    ]  # (a repeated prompt is encoded once)
     contexts = [chat_ids(tok, [{"role": "user", "content": t}]) for t in texts]
     assert max(map(len, contexts)) > 3 * min(map(len, contexts))
     ids, lp, _, _, state = generate(policy, contexts)
@@ -100,15 +114,17 @@ def test_a_compacted_cache_has_no_holes_and_continues_the_same_way(tiny_path, ma
     streams, state = contexts, None
     for turn in range(2):  # turn 2's new tokens, right-aligned, leave holes mid-row
         ids, _, _, _, state = generate(policy, streams, past=state)
-        streams = [c + i + chat_ids(tok, [{"role": "user", "content": "go on " * (3 * k + turn + 1)}])[1:]
-                   for k, (c, i) in enumerate(zip(streams, ids))]
+        streams = [
+            c + i + chat_ids(tok, [{"role": "user", "content": "go on " * (3 * k + turn + 1)}])[1:]
+            for k, (c, i) in enumerate(zip(streams, ids))
+        ]
     holed = copy.deepcopy(state)
     tight = state.compact()
     width = int(tight.attn.sum(-1).max())
     assert tight.attn.shape[1] == width < holed.attn.shape[1]
     assert tight.n == holed.n and tight.attn.sum(-1).tolist() == holed.attn.sum(-1).tolist()
     for row, k in zip(tight.attn, tight.attn.sum(-1).tolist()):  # left padding, then the row's tokens
-        assert row[:width - k].sum() == 0 and row[width - k:].all()
+        assert row[: width - k].sum() == 0 and row[width - k :].all()
     a = generate(policy, streams, past=tight)
     b = generate(policy, streams, past=holed)
     assert a[0] == b[0]

@@ -12,8 +12,15 @@ V = 300
 
 def small_model(kind: str):
     torch.manual_seed(0)
-    common = dict(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    common = dict(
+        vocab_size=V,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+    )
     if kind == "qwen2":  # untied head, like Qwen2.5-7B
         return Qwen2ForCausalLM(Qwen2Config(**common, tie_word_embeddings=False)).float()
     return LlamaForCausalLM(LlamaConfig(**common, tie_word_embeddings=True)).float()  # like SmolLM2
@@ -56,9 +63,12 @@ def test_chunked_logprobs_and_entropy_equal_the_plain_computation(kind, masked, 
     ids, attn, loss_mask, allowed_list, allowed_mask = small_batch(masked=masked)
     rows, cols = predicting_positions(loss_mask)
     allowed = allowed_list[rows, cols] if masked else None
-    lp, ent = agent_logprobs(model, ids, attn, rows, cols, temperature=0.7, allowed=allowed,
-                             with_entropy=True, chunk_size=chunk)
-    ref_lp, ref_ent = full_logprobs(model, ids, attn, temperature=0.7, allowed_mask=allowed_mask, with_entropy=True)
+    lp, ent = agent_logprobs(
+        model, ids, attn, rows, cols, temperature=0.7, allowed=allowed, with_entropy=True, chunk_size=chunk
+    )
+    ref_lp, ref_ent = full_logprobs(
+        model, ids, attn, temperature=0.7, allowed_mask=allowed_mask, with_entropy=True
+    )
     assert lp.shape == (int(loss_mask.sum()),)
     torch.testing.assert_close(lp, ref_lp[rows, cols], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(ent, ref_ent[rows, cols], rtol=1e-5, atol=1e-5)
@@ -75,8 +85,16 @@ def test_chunked_gradients_equal_the_plain_gradients(kind, masked):
     w = torch.randn(len(rows), generator=torch.Generator().manual_seed(2))  # like advantages
 
     model = small_model(kind)
-    lp, ent = agent_logprobs(model, ids, attn, rows, cols, allowed=allowed_list[rows, cols] if masked else None,
-                             with_entropy=True, chunk_size=5)
+    lp, ent = agent_logprobs(
+        model,
+        ids,
+        attn,
+        rows,
+        cols,
+        allowed=allowed_list[rows, cols] if masked else None,
+        with_entropy=True,
+        chunk_size=5,
+    )
     (-(w * lp).mean() - 0.1 * ent.mean()).backward()
     chunked = {n: p.grad.clone() for n, p in model.named_parameters()}
 
@@ -130,11 +148,11 @@ def shared_prompt_batch(masked: bool):
     loss_mask = torch.zeros((B, T))
     for b, (p, n) in enumerate(plan):
         k = len(prompts[p])
-        ids[b, :k + n] = torch.cat([prompts[p], torch.randint(1, V, (n,), generator=g)])
-        attn[b, :k + n] = 1
-        loss_mask[b, k:k + n] = 1
+        ids[b, : k + n] = torch.cat([prompts[p], torch.randint(1, V, (n,), generator=g)])
+        attn[b, : k + n] = 1
+        loss_mask[b, k : k + n] = 1
         if n >= 7:  # an observation in the middle of the rest: two agent spans
-            loss_mask[b, k + 3:k + 5] = 0
+            loss_mask[b, k + 3 : k + 5] = 0
     allowed_list, allowed_mask = None, None
     if masked:
         allowed_list = torch.full((B, T, 3), -1, dtype=torch.long)
@@ -157,15 +175,27 @@ def test_a_shared_prompt_runs_once_and_gives_every_row_the_plain_logprobs_and_gr
 
     model = small_model(kind)
     batches = []
-    model.get_decoder().register_forward_hook(lambda m, i, kw, o: batches.append(kw["input_ids"].shape), with_kwargs=True)
-    lp, ent = agent_logprobs(model, ids, attn, rows, cols, temperature=0.8,
-                             allowed=allowed_list[rows, cols] if masked else None, with_entropy=True)
+    model.get_decoder().register_forward_hook(
+        lambda m, i, kw, o: batches.append(kw["input_ids"].shape), with_kwargs=True
+    )
+    lp, ent = agent_logprobs(
+        model,
+        ids,
+        attn,
+        rows,
+        cols,
+        temperature=0.8,
+        allowed=allowed_list[rows, cols] if masked else None,
+        with_entropy=True,
+    )
     assert batches[0][0] == 3 and batches[1][0] == 6  # 3 prompts once, then the 6 rows with agent tokens
     (-(w * lp).mean() - 0.1 * ent.mean()).backward()
     shared = {n: p.grad.clone() for n, p in model.named_parameters()}
 
     model = small_model(kind)
-    ref_lp, ref_ent = full_logprobs(model, ids, attn, temperature=0.8, allowed_mask=allowed_mask, with_entropy=True)
+    ref_lp, ref_ent = full_logprobs(
+        model, ids, attn, temperature=0.8, allowed_mask=allowed_mask, with_entropy=True
+    )
     torch.testing.assert_close(lp, ref_lp[rows, cols], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(ent, ref_ent[rows, cols], rtol=1e-5, atol=1e-5)
     (-(w * ref_lp[rows, cols]).mean() - 0.1 * ref_ent[rows, cols].mean()).backward()
@@ -181,7 +211,7 @@ def left_padded(ids, attn, loss_mask, allowed_mask=None):
     for b, n in enumerate(attn.sum(-1).tolist()):
         for x, y in zip(out, (ids, attn, loss_mask, allowed_mask)):
             if x is not None:
-                x[b, T - n:] = y[b, :n]
+                x[b, T - n :] = y[b, :n]
     return out
 
 
@@ -196,7 +226,9 @@ def test_a_left_padded_batch_whose_rows_share_a_prompt_gets_the_plain_logprobs(k
     rows, cols = predicting_positions(loss_mask)
     model = small_model(kind)
     batches = []
-    model.get_decoder().register_forward_hook(lambda m, i, kw, o: batches.append(kw["input_ids"].shape), with_kwargs=True)
+    model.get_decoder().register_forward_hook(
+        lambda m, i, kw, o: batches.append(kw["input_ids"].shape), with_kwargs=True
+    )
     lp, ent = agent_logprobs(model, ids, attn, rows, cols, temperature=0.8, with_entropy=True)
     assert len(batches) == 2  # the prompts' pass, then the rests'
     ref_lp, ref_ent = full_logprobs(model, ids, attn, temperature=0.8, with_entropy=True)

@@ -10,8 +10,16 @@ from machinery.logprobs import agent_logprobs, full_logprobs, predicting_positio
 
 def base_model():
     torch.manual_seed(0)
-    return Qwen2ForCausalLM(Qwen2Config(vocab_size=200, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                        num_attention_heads=4, num_key_value_heads=2))
+    return Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=200,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+        )
+    )
 
 
 def batch():
@@ -60,15 +68,26 @@ def test_lora_training_saves_adapters_that_eval_and_resume_load(tmp_path):
     from config import load_agent
     from train import Config, train
 
-    cfg = Config(steps=1, tasks_per_step=2, group_size=2, minibatch_size=4, eval_episodes=0, rounds="2",
-                 out=str(tmp_path / "run"), lora_rank=4, lr=5e-2)
+    cfg = Config(
+        steps=1,
+        tasks_per_step=2,
+        group_size=2,
+        minibatch_size=4,
+        eval_episodes=0,
+        rounds="2",
+        out=str(tmp_path / "run"),
+        lora_rank=4,
+        lr=5e-2,
+    )
     train(cfg)
     ckpt = str(tmp_path / "run" / "checkpoint")
     assert lora.is_adapter(ckpt) and not (tmp_path / "run" / "checkpoint" / "model.safetensors").exists()
     policy = load_agent(cfg, "cpu", model=ckpt)
     base = load_agent(cfg, "cpu", model=lora.base_of(ckpt))
-    moved = [(a - b).abs().max().item() for a, b in
-             zip(policy.model.merge_and_unload().parameters(), base.model.parameters())]
+    moved = [
+        (a - b).abs().max().item()
+        for a, b in zip(policy.model.merge_and_unload().parameters(), base.model.parameters())
+    ]
     assert max(moved) > 0  # the loaded policy is the trained one, not the base
     train(Config(**{**cfg.__dict__, "steps": 2, "resume": ckpt}))
     assert len(open(tmp_path / "run" / "metrics.jsonl").readlines()) == 2

@@ -17,8 +17,16 @@ V = 120
 
 def small_model():
     torch.manual_seed(0)
-    return Qwen2ForCausalLM(Qwen2Config(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                        num_attention_heads=4, num_key_value_heads=2))
+    return Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=V,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+        )
+    )
 
 
 def small_batch(masked: bool) -> Batch:
@@ -41,16 +49,29 @@ def small_batch(masked: bool) -> Batch:
         for b, t in mask.nonzero().tolist():
             allowed[b, t, :3] = torch.randint(0, V, (3,), generator=g)
             allowed[b, t, 0] = ids[b, t]
-    return Batch(input_ids=ids, attention_mask=attn, loss_mask=mask,
-                 old_logprobs=-torch.rand((B, T), generator=g) * 2 * mask, allowed=allowed,
-                 traj=torch.tensor(traj), turn=torch.tensor(turn),
-                 rewards=torch.tensor([1.0, 0.0, 0.5, 1.0, 0.0]), groups=torch.tensor([0, 0, 0, 1, 1]),
-                 ref_logprobs=-torch.rand((B, T), generator=g) * 2 * mask)
+    return Batch(
+        input_ids=ids,
+        attention_mask=attn,
+        loss_mask=mask,
+        old_logprobs=-torch.rand((B, T), generator=g) * 2 * mask,
+        allowed=allowed,
+        traj=torch.tensor(traj),
+        turn=torch.tensor(turn),
+        rewards=torch.tensor([1.0, 0.0, 0.5, 1.0, 0.0]),
+        groups=torch.tensor([0, 0, 0, 1, 1]),
+        ref_logprobs=-torch.rand((B, T), generator=g) * 2 * mask,
+    )
 
 
 def gradients(algo_name: str, micro: int, masked: bool, tokens: int = 0):
-    cfg = Config(algo=algo_name, micro_batch_size=micro, micro_batch_tokens=tokens, kl_coef=0.1,
-                 entropy_coef=0.01, temperature=0.9)
+    cfg = Config(
+        algo=algo_name,
+        micro_batch_size=micro,
+        micro_batch_tokens=tokens,
+        kl_coef=0.1,
+        entropy_coef=0.01,
+        temperature=0.9,
+    )
     algo, model = ALGOS[algo_name], small_model()
     state = algo.init(model, cfg, 1e-3) if algo.init else None
     if state is not None:
@@ -82,7 +103,7 @@ def test_micro_batches_cover_every_row_once_and_drop_only_padding():
     assert [idx.tolist() for idx, _ in micros] == [[3, 5, 1, 2], [4, 0]]  # sorted by length
     assert [m.input_ids.shape[1] for _, m in micros] == [11, 14]  # each its own longest row
     for idx, m in micros:
-        torch.testing.assert_close(m.input_ids, batch.input_ids[idx, :m.input_ids.shape[1]])
+        torch.testing.assert_close(m.input_ids, batch.input_ids[idx, : m.input_ids.shape[1]])
     # a token budget: rows x longest <= 24, and a row longer than the budget alone
     micros = micro_batches(batch, tokens=24)
     assert [idx.tolist() for idx, _ in micros] == [[3, 5], [1, 2], [4], [0]]
@@ -103,7 +124,9 @@ def test_reference_logprobs_in_micro_batches_equal_one_pass():
     assert torch.all(whole[batch.loss_mask == 0] == 0) and torch.all(whole[batch.loss_mask == 1] < 0)
 
 
-def test_a_training_step_with_micro_batches_and_checkpointing_takes_the_same_gradient_step(tmp_path, monkeypatch):
+def test_a_training_step_with_micro_batches_and_checkpointing_takes_the_same_gradient_step(
+    tmp_path, monkeypatch
+):
     """train.py end to end, one step: --micro-batch-size 1 --gradient-checkpointing true moves the
     weights exactly as the plain run does (same rollouts by seed). The optimizer is SGD at lr 1
     without clipping, so the change IS the gradient: AdamW's first step, about lr * sign(g), would
@@ -116,9 +139,24 @@ def test_a_training_step_with_micro_batches_and_checkpointing_takes_the_same_gra
     monkeypatch.setattr(torch.optim, "AdamW", lambda params, lr: torch.optim.SGD(params, lr=lr))
     start = tiny.load(tiny.tiny_policy_path("babyai"), "babyai").model.state_dict()
     weights = []
-    for name, kw in [("plain", dict(micro_batch_tokens=0)), ("split", dict(micro_batch_size=1, gradient_checkpointing=True))]:
-        train(Config(steps=1, tasks_per_step=2, group_size=2, minibatch_size=4, eval_episodes=0, rounds="2",
-                     lr=1.0, max_grad_norm=1e9, out=str(tmp_path / name), **kw))
+    for name, kw in [
+        ("plain", dict(micro_batch_tokens=0)),
+        ("split", dict(micro_batch_size=1, gradient_checkpointing=True)),
+    ]:
+        train(
+            Config(
+                steps=1,
+                tasks_per_step=2,
+                group_size=2,
+                minibatch_size=4,
+                eval_episodes=0,
+                rounds="2",
+                lr=1.0,
+                max_grad_norm=1e9,
+                out=str(tmp_path / name),
+                **kw,
+            )
+        )
         weights.append(load_file(str(tmp_path / name / "checkpoint" / "model.safetensors")))
     metrics = [json.loads(open(tmp_path / n / "metrics.jsonl").readline()) for n in ("plain", "split")]
     assert metrics[0]["charts/reward"] == metrics[1]["charts/reward"]  # the same rollouts
@@ -126,7 +164,9 @@ def test_a_training_step_with_micro_batches_and_checkpointing_takes_the_same_gra
     moved = max(float((weights[0][k] - start[k]).abs().max()) for k in weights[0])
     assert moved > 1e-5  # a gradient step to compare (a loss scaled by 2 would move twice as far)
     for k in weights[0]:
-        torch.testing.assert_close(weights[1][k] - start[k], weights[0][k] - start[k], rtol=1e-3, atol=1e-3 * moved)
+        torch.testing.assert_close(
+            weights[1][k] - start[k], weights[0][k] - start[k], rtol=1e-3, atol=1e-3 * moved
+        )
 
 
 @pytest.mark.parametrize("masked", [False, True])
@@ -149,7 +189,10 @@ def test_identical_rows_computed_once_give_each_copy_its_own_logprobs_and_gradie
         return logp.detach(), [p.grad for p in model.parameters() if p.grad is not None]
 
     def each_alone(model):
-        parts = [token_logprobs(model, dup.select(torch.tensor([b])), 0.9, with_entropy=True) for b in range(len(dup))]
+        parts = [
+            token_logprobs(model, dup.select(torch.tensor([b])), 0.9, with_entropy=True)
+            for b in range(len(dup))
+        ]
         return torch.cat([lp for lp, _ in parts]), torch.cat([e for _, e in parts])
 
     once, g_once = grads(lambda m: token_logprobs(m, dup, 0.9, with_entropy=True))

@@ -44,9 +44,17 @@ def random_policy(path, kind):
 
     policy = tiny_policy(path)
     tok = policy.tokenizer
-    common = dict(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-                  eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    common = dict(
+        vocab_size=len(tok),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
     torch.manual_seed(0)
     if kind == "llama":
         policy.model = LlamaForCausalLM(LlamaConfig(**common)).eval()
@@ -55,8 +63,11 @@ def random_policy(path, kind):
     return policy
 
 
-MAKERS = {"tiny-qwen2": tiny_policy, "random-llama": lambda p: random_policy(p, "llama"),
-          "sliding-mistral": lambda p: random_policy(p, "mistral")}
+MAKERS = {
+    "tiny-qwen2": tiny_policy,
+    "random-llama": lambda p: random_policy(p, "llama"),
+    "sliding-mistral": lambda p: random_policy(p, "mistral"),
+}
 
 
 def two_turns(policy) -> list[Row]:
@@ -117,9 +128,17 @@ def test_dropout_is_off_so_train_mode_scores_like_eval_mode():
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=50, hidden_size=32, intermediate_size=64,
-                                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                         attention_dropout=0.5))
+    model = Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=50,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            attention_dropout=0.5,
+        )
+    )
     ids = torch.randint(0, 50, (2, 12))
     attn, mask = torch.ones_like(ids), torch.zeros(2, 12)
     mask[:, 6:] = 1
@@ -133,16 +152,28 @@ def test_dropout_is_off_so_train_mode_scores_like_eval_mode():
         torch.testing.assert_close(agent_logprobs(model, ids, attn, rows, cols)[0], ref)
 
 
-def test_a_bf16_run_recomputes_pi_old_and_its_first_minibatch_is_on_policy(fresh_accelerate, tmp_path,
-                                                                             capsys):
+def test_a_bf16_run_recomputes_pi_old_and_its_first_minibatch_is_on_policy(
+    fresh_accelerate, tmp_path, capsys
+):
     """train.py --mixed-precision bf16: the sampled log-probs differ from the update's by bf16
     rounding (logged as charts/sampling_logprob_gap), pi_old is the training forward's, and before
     the first optimizer step every ratio is 1 (charts/on_policy_gap: mean |log ratio|, 0 here,
     within train.ON_POLICY_TOL on the mean), printed for the user."""
     from train import ON_POLICY_TOL, Config, train
 
-    train(Config(steps=1, tasks_per_step=2, group_size=2, eval_episodes=0, rounds="2", mixed_precision="bf16",
-                 mask_actions=False, max_new_tokens=8, out=str(tmp_path)))
+    train(
+        Config(
+            steps=1,
+            tasks_per_step=2,
+            group_size=2,
+            eval_episodes=0,
+            rounds="2",
+            mixed_precision="bf16",
+            mask_actions=False,
+            max_new_tokens=8,
+            out=str(tmp_path),
+        )
+    )
     m = json.loads(open(tmp_path / "metrics.jsonl").readline())
     assert m["charts/on_policy_gap"] <= ON_POLICY_TOL
     assert m["charts/sampling_logprob_gap"] > 0  # the sampler's own log-probs were not used as pi_old

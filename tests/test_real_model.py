@@ -94,7 +94,7 @@ def test_the_loss_mask_decodes_to_exactly_the_replies(policy, free_run):
                 k += 1
             msgs.append(m)
         last = max(i for i, m in enumerate(msgs) if m["role"] == "assistant")
-        text = tok.apply_chat_template(msgs[:last + 1], tokenize=False)
+        text = tok.apply_chat_template(msgs[: last + 1], tokenize=False)
         end = text.rindex(raw[-1]) + len(raw[-1])  # the stream ends on the agent's last token:
         closed = row.ids[-1] in policy.stop_ids  # its end of turn, unless the reply was cut
         assert tok.decode(row.ids) == text[:end] + ("<|im_end|>" if closed else "")
@@ -142,8 +142,19 @@ def test_a_two_step_grpo_run_checkpoints_resumes_and_evaluates(tmp_path):
     import eval as evaluation
     from train import train
 
-    base = dict(model="smollm2", steps=2, tasks_per_step=1, group_size=2, minibatch_size=2, rounds="1",
-                steps_per_stage=1, max_new_tokens=8, eval_episodes=0, save_every=1, out=str(tmp_path / "run"))
+    base = dict(
+        model="smollm2",
+        steps=2,
+        tasks_per_step=1,
+        group_size=2,
+        minibatch_size=2,
+        rounds="1",
+        steps_per_stage=1,
+        max_new_tokens=8,
+        eval_episodes=0,
+        save_every=1,
+        out=str(tmp_path / "run"),
+    )
     train(Config(**base))
     ckpt = tmp_path / "run" / "checkpoint"
     assert (ckpt / "model.safetensors").exists() and (ckpt / "state.pt").exists()
@@ -151,8 +162,20 @@ def test_a_two_step_grpo_run_checkpoints_resumes_and_evaluates(tmp_path):
     train(Config(**{**base, "steps": 3, "resume": str(ckpt)}))  # resumes at step 3
     rows = [json.loads(x) for x in open(tmp_path / "run" / "metrics.jsonl")]
     assert [r["step"] for r in rows] == [1, 2, 3] and "charts/truncated_replies" in rows[0]
-    summary = evaluation.main(["--model", str(ckpt), "--task-ids", "3", "--max-turns", "2",
-                               "--max-new-tokens", "4", "--out", str(tmp_path / "ev")])
+    summary = evaluation.main(
+        [
+            "--model",
+            str(ckpt),
+            "--task-ids",
+            "3",
+            "--max-turns",
+            "2",
+            "--max-new-tokens",
+            "4",
+            "--out",
+            str(tmp_path / "ev"),
+        ]
+    )
     assert summary["n_episodes"] == 1 and summary["errors"] == 0
     lines = [json.loads(x) for x in open(tmp_path / "ev" / "trajectories.jsonl")]
     # 4 tokens never hold "Action: ..." and its end of turn: every reply is cut, and counted

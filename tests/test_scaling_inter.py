@@ -14,7 +14,7 @@ def log(successes, cuts):
 
 def horizons(schedule, history):
     """The horizon of every step 1..len(history)+1, each computed from the steps before it."""
-    return [schedule.horizon(t, history[:t - 1]) for t in range(1, len(history) + 2)]
+    return [schedule.horizon(t, history[: t - 1]) for t in range(1, len(history) + 2)]
 
 
 def test_lengthens_when_many_episodes_are_cut_and_success_has_stopped_rising():
@@ -52,13 +52,17 @@ def test_a_rise_then_plateau_switches_exactly_when_the_plateau_fills_the_window(
 
 
 def test_decisions_depend_only_on_the_logged_history_so_a_resume_reproduces_them():
-    hist = log([0.1, 0.3, 0.3, 0.31, 0.3, 0.5, 0.7, 0.7, 0.7, 0.7, 0.7, 0.7],
-               [0.9, 0.8, 0.7, 0.9, 0.6, 0.6, 0.9, 0.9, 0.9, 0.4, 0.9, 0.9])
+    hist = log(
+        [0.1, 0.3, 0.3, 0.31, 0.3, 0.5, 0.7, 0.7, 0.7, 0.7, 0.7, 0.7],
+        [0.9, 0.8, 0.7, 0.9, 0.6, 0.6, 0.9, 0.9, 0.9, 0.4, 0.9, 0.9],
+    )
     straight = horizons(adaptive([3, 5, 8], window=2), hist)
     assert len(set(straight)) > 1  # the log does make it switch
     for resume_at in range(1, len(hist)):  # a fresh schedule object that sees only the log so far
         fresh = adaptive([3, 5, 8], window=2)
-        assert [fresh.horizon(t, hist[:t - 1]) for t in range(resume_at + 1, len(hist) + 2)] == straight[resume_at:]
+        assert [fresh.horizon(t, hist[: t - 1]) for t in range(resume_at + 1, len(hist) + 2)] == straight[
+            resume_at:
+        ]
     with pytest.raises(ValueError):  # a step without its history is refused, never guessed
         adaptive([3, 5]).horizon(5, hist[:2])
 
@@ -69,12 +73,24 @@ def test_staged_ignores_history():
 
 # --- through train.py ------------------------------------------------------------------------------
 
+
 def test_train_logs_cut_share_and_a_resumed_adaptive_run_repeats_the_straight_one(tmp_path):
     from train import Config, train
 
     # cut_share 0 and min_gain 1: the rule fires as soon as a stage has 2W = 2 steps
-    kw = dict(steps=4, tasks_per_step=2, group_size=2, minibatch_size=4, eval_episodes=0, rounds="1,2",
-              schedule="adaptive", adapt_window=1, adapt_cut_share=0.0, adapt_min_gain=1.0, save_every=1)
+    kw = dict(
+        steps=4,
+        tasks_per_step=2,
+        group_size=2,
+        minibatch_size=4,
+        eval_episodes=0,
+        rounds="1,2",
+        schedule="adaptive",
+        adapt_window=1,
+        adapt_cut_share=0.0,
+        adapt_min_gain=1.0,
+        save_every=1,
+    )
     a, b = tmp_path / "a", tmp_path / "b"
     train(Config(out=str(a), **kw))
     train(Config(out=str(b), **{**kw, "steps": 3}))
@@ -90,11 +106,14 @@ def test_train_logs_cut_share_and_a_resumed_adaptive_run_repeats_the_straight_on
 def test_sweep_max_turns_caps_every_episode_at_each_limit(tmp_path):
     import eval as evaluation
 
-    rows = evaluation.main(["--model", "tiny", "--task-ids", "9,49,89,13", "--sweep-max-turns", "1,3",
-                            "--out", str(tmp_path)])
+    rows = evaluation.main(
+        ["--model", "tiny", "--task-ids", "9,49,89,13", "--sweep-max-turns", "1,3", "--out", str(tmp_path)]
+    )
     assert [r["max_turns"] for r in rows] == [1, 3]
     assert rows[0]["avg_turns"] == 1.0 and 1.0 <= rows[1]["avg_turns"] <= 3.0
     assert all(r["n_episodes"] == 4 and 0.0 <= r["cut_share"] <= 1.0 for r in rows)
-    assert rows[0]["cut_share"] == pytest.approx(1.0 - rows[0]["success_rate"])  # BabyAI: done only on success here
+    assert rows[0]["cut_share"] == pytest.approx(
+        1.0 - rows[0]["success_rate"]
+    )  # BabyAI: done only on success here
     saved = json.load(open(tmp_path / "sweep.json"))
     assert [r["max_turns"] for r in saved["sweep"]] == [1, 3] and (tmp_path / "sweep.png").exists()

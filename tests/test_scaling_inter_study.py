@@ -14,5 +14,9 @@ def test_quick_study_writes_a_row_per_schedule_and_the_plots(tmp_path):
     table = open(tmp_path / "table.md").read()
     for name in study.SCHEDULES:
         assert f"| {name} |" in table
-    assert "| fixed-short | 1 | 1 |" in table and "| fixed-long | 1 | 3 |" in table and "| staged | 1 | 1,2 |" in table
+    assert (
+        "| fixed-short | 1 | 1 |" in table
+        and "| fixed-long | 1 | 3 |" in table
+        and "| staged | 1 | 1,2 |" in table
+    )
     assert (tmp_path / "curves.png").exists() and (tmp_path / "sweep.png").exists()

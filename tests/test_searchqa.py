@@ -53,15 +53,22 @@ def new_episode(url, data_idx):
 
 
 def offered_answers(out):
-    return [a[len("<answer>"):-len("</answer>")] for a in out["available_actions"] if a.startswith("<answer>")]
+    return [
+        a[len("<answer>") : -len("</answer>")] for a in out["available_actions"] if a.startswith("<answer>")
+    ]
 
 
 def test_single_hop_question_is_answered_by_search_then_answer(offline, questions):
     q = questions[0]
     iid, out = new_episode(offline, 0)
     assert out["category"] == "1-hop" and q["question"] in out["observation"]
-    out = post(offline, "/step", id=iid, action=f"<think>I must look it up.</think><search>{q['question']}</search>")
-    assert out["observation"].startswith("<information>Doc 1(Title: ") and "\nDoc 3(Title: " in out["observation"]
+    out = post(
+        offline, "/step", id=iid, action=f"<think>I must look it up.</think><search>{q['question']}</search>"
+    )
+    assert (
+        out["observation"].startswith("<information>Doc 1(Title: ")
+        and "\nDoc 3(Title: " in out["observation"]
+    )
     assert q["golden_answers"][0] in out["observation"] and out["reward"] == 0 and not out["done"]
     out = post(offline, "/step", id=iid, action=f"<answer>{q['golden_answers'][0].upper()}</answer>")
     assert out["reward"] == out["score"] == 1.0 and out["done"]
@@ -111,8 +118,15 @@ def test_wrong_answer_does_not_end_the_episode(offline, questions):
 
 def test_odd_or_empty_queries_and_untagged_replies_are_handled(offline):
     iid, _ = new_episode(offline, 4)
-    for query in ["", "   ", "!!! ??? ;--", "the of a an", "<b>\u00e9t\u00e9 \U0001f642 \\ \" ' %s {0}</b>",
-                  "x" * 5000, "zzzqqqxxy"]:
+    for query in [
+        "",
+        "   ",
+        "!!! ??? ;--",
+        "the of a an",
+        "<b>\u00e9t\u00e9 \U0001f642 \\ \" ' %s {0}</b>",
+        "x" * 5000,
+        "zzzqqqxxy",
+    ]:
         out = post(offline, "/step", id=iid, action=f"<search>{query}</search>")
         assert out["observation"].startswith("<information>") and not out["done"]
     out = post(offline, "/step", id=iid, action="<search>no closing tag")
@@ -132,11 +146,13 @@ def test_offered_actions_come_from_seen_text_only(offline, questions):
 
 def test_bad_requests_get_json_errors(offline):
     iid = post(offline, "/create")
-    bad = [("/step", {"id": iid, "action": "<search>x</search>"}, 400),  # not reset yet
-           ("/reset", {"id": iid, "data_idx": -1}, 422),
-           ("/reset", {"id": iid, "data_idx": 10 ** 9}, 400),
-           ("/step", {"id": 10 ** 6, "action": "x"}, 404),
-           ("/step", {"id": iid}, 422)]
+    bad = [
+        ("/step", {"id": iid, "action": "<search>x</search>"}, 400),  # not reset yet
+        ("/reset", {"id": iid, "data_idx": -1}, 422),
+        ("/reset", {"id": iid, "data_idx": 10**9}, 400),
+        ("/step", {"id": 10**6, "action": "x"}, 404),
+        ("/step", {"id": iid}, 422),
+    ]
     for path, body, status in bad:
         r = requests.post(offline + path, json=body, timeout=10)
         assert r.status_code == status, (path, body, r.text)
@@ -151,7 +167,9 @@ def test_many_instances_search_at_once(offline, questions):
     def play(idx):
         iid, _ = new_episode(offline, idx)
         post(offline, "/step", id=iid, action=f"<search>{questions[idx]['question']}</search>")
-        results[idx] = post(offline, "/step", id=iid, action=f"<answer>{questions[idx]['golden_answers'][0]}</answer>")
+        results[idx] = post(
+            offline, "/step", id=iid, action=f"<answer>{questions[idx]['golden_answers'][0]}</answer>"
+        )
 
     threads = [threading.Thread(target=play, args=(i,)) for i in range(0, 48, 3)]  # 1-hop questions
     [t.start() for t in threads]
@@ -162,15 +180,19 @@ def test_many_instances_search_at_once(offline, questions):
 def test_real_format_files_load_and_the_index_is_saved_beside_the_corpus(start_server, tmp_path):
     for name in os.listdir(FIXTURES):
         shutil.copy(os.path.join(FIXTURES, name), tmp_path)
-    env = {"SEARCHQA_CORPUS": str(tmp_path / "corpus.jsonl"),
-           "SEARCHQA_QA": f"{tmp_path / 'nq.jsonl'},{tmp_path / 'hotpotqa.jsonl'}"}
+    env = {
+        "SEARCHQA_CORPUS": str(tmp_path / "corpus.jsonl"),
+        "SEARCHQA_QA": f"{tmp_path / 'nq.jsonl'},{tmp_path / 'hotpotqa.jsonl'}",
+    }
     with searchqa_env(**env):
         server = start_server("servers.searchqa")
     iid, out = new_episode(server.url, 1)
     assert out["category"] == "nq"  # FlashRAG's files carry no data_source: the file name names it
     out = post(server.url, "/step", id=iid, action="<search>44th president of the United States</search>")
     assert out["observation"].startswith("<information>Doc 1(Title: Barack Obama) Barack Hussein Obama II")
-    assert post(server.url, "/step", id=iid, action="<answer> obama. </answer>")["reward"] == 1.0  # any gold alias
+    assert (
+        post(server.url, "/step", id=iid, action="<answer> obama. </answer>")["reward"] == 1.0
+    )  # any gold alias
     stamp = tmp_path / "corpus.jsonl.bm25s" / "stamp.json"
     built = stamp.stat().st_mtime_ns
     with searchqa_env(**env):
@@ -182,9 +204,10 @@ def test_real_format_files_load_and_the_index_is_saved_beside_the_corpus(start_s
     assert "Doc 1(Title: Gustave Eiffel)" in out["observation"]
 
 
-
 def test_the_bm25_server_never_imports_torch(tmp_path):
-    code = ("import sys, servers.searchqa as s; s.world(); "
-            "assert 'torch' not in sys.modules and 'transformers' not in sys.modules")
+    code = (
+        "import sys, servers.searchqa as s; s.world(); "
+        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules"
+    )
     env = {**os.environ, "SEARCHQA_CACHE": str(tmp_path)}
     assert subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT).returncode == 0

@@ -55,11 +55,17 @@ def test_an_inline_step_that_spins_is_interrupted_and_the_server_goes_on(start_s
     url = start_server("tests.hang_server", args=["--time-limit", "1.5", "--inline"]).url
     iid, start = new(url), time.time()
     r = step(url, iid, "spin")
-    assert r.status_code == 504 and "did not finish within 1.5 s" in r.json()["error"] and time.time() - start < 5
+    assert (
+        r.status_code == 504
+        and "did not finish within 1.5 s" in r.json()["error"]
+        and time.time() - start < 5
+    )
     assert step(url, iid, "x").status_code == 404  # dropped
     a, b = new(url), new(url)
     assert step(url, a, "crash").status_code == 500
-    r = requests.post(url + "/step_batch", json=[{"id": a, "action": "spin"}, {"id": b, "action": "hello"}], timeout=10)
+    r = requests.post(
+        url + "/step_batch", json=[{"id": a, "action": "spin"}, {"id": b, "action": "hello"}], timeout=10
+    )
     assert [x.get("status") for x in r.json()] == [504, None] and r.json()[1]["observation"] == "hello"
     assert step(url, b, "still here").json()["observation"] == "still here"
 
@@ -85,10 +91,19 @@ def test_an_environment_that_raises_is_a_500_and_the_connection_stays_open(hang)
     iid = new(hang.url)
     conn = http.client.HTTPConnection("127.0.0.1", hang.port, timeout=10)
     sock = None
-    for body, want in (({"id": iid, "action": "crash"}, 500), ({"id": iid}, 422), (b"{", 422),
-                       ({"id": 10**6, "action": "x"}, 404), ({"id": iid, "action": "ok"}, 200)):
-        conn.request("POST", "/step", body if isinstance(body, bytes) else json.dumps(body),
-                      {"Content-Type": "application/json"})
+    for body, want in (
+        ({"id": iid, "action": "crash"}, 500),
+        ({"id": iid}, 422),
+        (b"{", 422),
+        ({"id": 10**6, "action": "x"}, 404),
+        ({"id": iid, "action": "ok"}, 200),
+    ):
+        conn.request(
+            "POST",
+            "/step",
+            body if isinstance(body, bytes) else json.dumps(body),
+            {"Content-Type": "application/json"},
+        )
         r = conn.getresponse()
         answer = json.loads(r.read())
         assert r.status == want and (want == 200 or "error" in answer), (body, r.status, answer)
@@ -148,15 +163,22 @@ def test_sigterm_stops_a_server_whose_request_is_stuck():
 
 
 def test_a_server_dies_with_its_parent():
-    code = ("import sys, time; sys.path.insert(0, %r); from envs import EnvServer; "
-            "s = EnvServer('tests.hang_server').start(); print(s.proc.pid, flush=True); time.sleep(60)" % ROOT)
+    code = (
+        "import sys, time; sys.path.insert(0, %r); from envs import EnvServer; "
+        "s = EnvServer('tests.hang_server').start(); print(s.proc.pid, flush=True); time.sleep(60)" % ROOT
+    )
     parent = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     child = int(parent.stdout.readline())
     parent.kill()
     parent.wait()
     deadline = time.time() + 15
-    while time.time() < deadline and os.path.exists(f"/proc/{child}") and \
-            open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+    while (
+        time.time() < deadline
+        and os.path.exists(f"/proc/{child}")
+        and open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    ):
         time.sleep(0.2)
-    assert not os.path.exists(f"/proc/{child}") or \
-        open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+    assert (
+        not os.path.exists(f"/proc/{child}")
+        or open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+    )

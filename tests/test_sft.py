@@ -39,14 +39,27 @@ def as_react(trajs):
     """The same episodes with every reply in the ReAct format a free-writing expert uses."""
     out = []
     for t in trajs:
-        msgs = [dict(m, content=f"Thought: I will {m['content']}.\nAction: {m['content']}")
-                if m["role"] == "assistant" else m for m in t.messages]
-        out.append(Trajectory(task=t.task, group=t.group, messages=msgs, actions=t.actions,
-                              observations=t.observations, success=True))
+        msgs = [
+            dict(m, content=f"Thought: I will {m['content']}.\nAction: {m['content']}")
+            if m["role"] == "assistant"
+            else m
+            for m in t.messages
+        ]
+        out.append(
+            Trajectory(
+                task=t.task,
+                group=t.group,
+                messages=msgs,
+                actions=t.actions,
+                observations=t.observations,
+                success=True,
+            )
+        )
     return out
 
 
 # --- the loader ------------------------------------------------------------------------------------
+
 
 def test_eval_episodes_round_trip_through_the_loader_and_agenttraj(episodes, tmp_path):
     path = tmp_path / "trajectories.jsonl"
@@ -55,7 +68,7 @@ def test_eval_episodes_round_trip_through_the_loader_and_agenttraj(episodes, tmp
     assert len(demos) == len(episodes)
     for d, t in zip(demos, episodes):
         # the k-th observation is the one the k-th reply answered; the system message is not a turn
-        assert [o for o, _ in d.turns] == t.observations[:t.turns]
+        assert [o for o, _ in d.turns] == t.observations[: t.turns]
         assert [r for _, r in d.turns] == [f"Thought: I will {a}.\nAction: {a}" for a in t.actions]
         assert d.actions == t.actions and d.name == f"task {t.task}"
     # out to AgentGym's AgentTraj and back in: the same demonstrations, actions read by the parser
@@ -67,16 +80,28 @@ def test_eval_episodes_round_trip_through_the_loader_and_agenttraj(episodes, tmp
 
 
 def test_agenttraj_items_are_read_as_they_are(tmp_path):
-    item = {"item_id": "babyai_0", "conversations": [
-        {"from": "human", "value": "You are an exploration master ... Your response should use the format"},
-        {"from": "gpt", "value": "OK"},
-        {"from": "human", "value": "In front of you in this room, you can see ... Available actions: [...]"},
-        {"from": "gpt", "value": "Thought:\nThe ball is ahead.\n\nAction:\ngo to red ball 1"}]}
+    item = {
+        "item_id": "babyai_0",
+        "conversations": [
+            {
+                "from": "human",
+                "value": "You are an exploration master ... Your response should use the format",
+            },
+            {"from": "gpt", "value": "OK"},
+            {
+                "from": "human",
+                "value": "In front of you in this room, you can see ... Available actions: [...]",
+            },
+            {"from": "gpt", "value": "Thought:\nThe ball is ahead.\n\nAction:\ngo to red ball 1"},
+        ],
+    }
     (tmp_path / "traj.jsonl").write_text(json.dumps(item) + "\n")
     (d,) = sft.load_demos(str(tmp_path / "traj.jsonl"), SPEC.parse_action)
     assert d.name == "babyai_0" and d.success is None
-    assert d.turns == [(item["conversations"][0]["value"], "OK"), (item["conversations"][2]["value"],
-                                                                  item["conversations"][3]["value"])]
+    assert d.turns == [
+        (item["conversations"][0]["value"], "OK"),
+        (item["conversations"][2]["value"], item["conversations"][3]["value"]),
+    ]
     assert d.actions == ["OK", "go to red ball 1"]  # AgentGym's parser: the line after the last Action:
     bad = dict(item, conversations=item["conversations"][:1] * 2 + item["conversations"][1:])
     (tmp_path / "bad.json").write_text(json.dumps([bad]))
@@ -85,15 +110,27 @@ def test_agenttraj_items_are_read_as_they_are(tmp_path):
 
 
 def test_failed_episodes_are_left_out_unless_asked(tmp_path):
-    recs = [{"task": i, "success": i == 1, "actions": ["a"], "observations": ["o", "p"],
-             "conversation": [{"role": "user", "content": "o"}, {"role": "assistant", "content": "Action: a"},
-                              {"role": "user", "content": "p"}]} for i in range(3)]
+    recs = [
+        {
+            "task": i,
+            "success": i == 1,
+            "actions": ["a"],
+            "observations": ["o", "p"],
+            "conversation": [
+                {"role": "user", "content": "o"},
+                {"role": "assistant", "content": "Action: a"},
+                {"role": "user", "content": "p"},
+            ],
+        }
+        for i in range(3)
+    ]
     (tmp_path / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     assert [d.name for d in sft.load_demos(str(tmp_path / "t.jsonl"), SPEC.parse_action)] == ["task 1"]
     assert len(sft.load_demos(str(tmp_path / "t.jsonl"), SPEC.parse_action, only_success=False)) == 3
 
 
 # --- the rows -----------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("context_turns", [0, 1])
 def test_demonstration_rows_are_the_rollouts_own_rows(tiny_path, episodes, context_turns, tmp_path, pool):
@@ -154,6 +191,7 @@ def test_rows_longer_than_max_tokens_are_cut(tiny_path, episodes, tmp_path):
 
 # --- the loss and the loop ------------------------------------------------------------------
 
+
 def test_the_sft_loss_is_the_token_mean_nll_of_the_replies(tiny_path, episodes, tmp_path):
     from batch import token_logprobs
 
@@ -173,8 +211,17 @@ def test_the_sft_loss_is_the_token_mean_nll_of_the_replies(tiny_path, episodes, 
 
 
 def small(tmp_path, data, **kw) -> sft.Config:
-    base = {"model": "", "env": "babyai", "data": str(data), "out": str(tmp_path / "sft"), "epochs": 1,
-            "mask_actions": False, "context_turns": 0, "max_new_tokens": 32, "batch_size": 4}
+    base = {
+        "model": "",
+        "env": "babyai",
+        "data": str(data),
+        "out": str(tmp_path / "sft"),
+        "epochs": 1,
+        "mask_actions": False,
+        "context_turns": 0,
+        "max_new_tokens": 32,
+        "batch_size": 4,
+    }
     base.update(kw)
     return sft.Config(**base)
 
@@ -196,8 +243,9 @@ def cloned(tiny_path, one_demo, tmp_path_factory):
     return sft.sft(cfg), out / "sft"
 
 
-def test_sft_on_one_demonstration_drives_its_loss_near_zero_and_greedy_decoding_replays_it(cloned, one_demo,
-                                                                                           pool):
+def test_sft_on_one_demonstration_drives_its_loss_near_zero_and_greedy_decoding_replays_it(
+    cloned, one_demo, pool
+):
     summary, out = cloned
     _, demo = one_demo
     rows = sft.read_records(str(out / "metrics.jsonl"))
@@ -209,8 +257,9 @@ def test_sft_on_one_demonstration_drives_its_loss_near_zero_and_greedy_decoding_
     policy.context_turns, policy.mask_actions, policy.temperature, policy.max_new_tokens = 0, False, 0.0, 64
     (replay,) = rollout(policy, pool, SPEC, [demo.task], max_turns=demo.turns)
     assert replay.actions == demo.actions
-    assert [m["content"] for m in replay.messages if m["role"] == "assistant"] == \
-        [f"Thought: I will {a}.\nAction: {a}" for a in demo.actions]  # the whole replies, word for word
+    assert [m["content"] for m in replay.messages if m["role"] == "assistant"] == [
+        f"Thought: I will {a}.\nAction: {a}" for a in demo.actions
+    ]  # the whole replies, word for word
 
 
 def test_an_sft_checkpoint_loads_in_train_and_eval(cloned, tmp_path):
@@ -220,8 +269,18 @@ def test_an_sft_checkpoint_loads_in_train_and_eval(cloned, tmp_path):
     ckpt = str(out / "checkpoint")
     assert not os.path.exists(os.path.join(ckpt, "state.pt"))  # a starting point, not a run to resume
     flags = {"mask_actions": False, "context_turns": 0, "max_new_tokens": 16}
-    run = Config(model=ckpt, steps=1, tasks_per_step=2, group_size=2, minibatch_size=4, eval_episodes=2,
-                 rounds="2", out=str(tmp_path / "rl"), save_every=1, **flags)
+    run = Config(
+        model=ckpt,
+        steps=1,
+        tasks_per_step=2,
+        group_size=2,
+        minibatch_size=4,
+        eval_episodes=2,
+        rounds="2",
+        out=str(tmp_path / "rl"),
+        save_every=1,
+        **flags,
+    )
     summary = train(run)
     assert "eval_after" in summary
     state = torch.load(tmp_path / "rl" / "checkpoint" / "state.pt", weights_only=False)
@@ -229,8 +288,24 @@ def test_an_sft_checkpoint_loads_in_train_and_eval(cloned, tmp_path):
     resumed = train(Config(**{**run.__dict__, "steps": 2, "resume": str(tmp_path / "rl" / "checkpoint")}))
     assert [r["step"] for r in sft.read_records(str(tmp_path / "rl" / "metrics.jsonl"))] == [1, 2]
     assert "eval_after" in resumed
-    got = evaluation.main(["--model", ckpt, "--limit", "2", "--max-turns", "2", "--out", str(tmp_path / "ev"),
-                           "--mask-actions", "off", "--context-turns", "0", "--max-new-tokens", "16"])
+    got = evaluation.main(
+        [
+            "--model",
+            ckpt,
+            "--limit",
+            "2",
+            "--max-turns",
+            "2",
+            "--out",
+            str(tmp_path / "ev"),
+            "--mask-actions",
+            "off",
+            "--context-turns",
+            "0",
+            "--max-new-tokens",
+            "16",
+        ]
+    )
     assert got["n_episodes"] == 2
 
 
@@ -240,30 +315,62 @@ def test_lora_sft_saves_a_folder_eval_loads(tiny_path, one_demo, tmp_path, merge
     sft.sft(cfg)
     ckpt = tmp_path / "sft" / "checkpoint"
     assert os.path.exists(ckpt / "adapter_config.json") != merge
-    got = evaluation.main(["--model", str(ckpt), "--limit", "1", "--max-turns", "1",
-                           "--out", str(tmp_path / "ev"),
-                           "--mask-actions", "off", "--context-turns", "0", "--max-new-tokens", "8"])
+    got = evaluation.main(
+        [
+            "--model",
+            str(ckpt),
+            "--limit",
+            "1",
+            "--max-turns",
+            "1",
+            "--out",
+            str(tmp_path / "ev"),
+            "--mask-actions",
+            "off",
+            "--context-turns",
+            "0",
+            "--max-new-tokens",
+            "8",
+        ]
+    )
     assert got["n_episodes"] == 1
 
 
 # --- the format, measured -------------------------------------------------------------------
 
+
 def test_valid_replies_counts_the_servers_invalid_answers():
-    recs = [{"actions": ["go", "jump", "go"], "success": False,
-             "observations": ["o0", "ok", '"jump" is not an available action; choose one', "ok"]},
-            {"actions": ["x"], "success": True, "observations": ["o0", "done"]}]
+    recs = [
+        {
+            "actions": ["go", "jump", "go"],
+            "success": False,
+            "observations": ["o0", "ok", '"jump" is not an available action; choose one', "ok"],
+        },
+        {"actions": ["x"], "success": True, "observations": ["o0", "done"]},
+    ]
     assert sft.valid_replies(recs, "babyai") == (3, 4)
-    crafts = [{"actions": ["get 1 oak log", "get 1 dragon", "fly", "craft 1 x using 2 y"], "success": False,
-               "observations": ["o0", "Got 1 oak log", "Could not find dragon.", "Could not execute 'fly'.",
-                                "Wrong quantities: this recipe makes 4 x, not 1."]}]
+    crafts = [
+        {
+            "actions": ["get 1 oak log", "get 1 dragon", "fly", "craft 1 x using 2 y"],
+            "success": False,
+            "observations": [
+                "o0",
+                "Got 1 oak log",
+                "Could not find dragon.",
+                "Could not execute 'fly'.",
+                "Wrong quantities: this recipe makes 4 x, not 1.",
+            ],
+        }
+    ]
     assert sft.valid_replies(crafts, "textcraft") == (1, 4)
 
 
 def test_every_flag_is_a_documented_field():
     from config import field_docs
 
-    cfg = sft.main.__globals__["parse"](sft.Config, ["--data", "a.jsonl,b.json", "--lora-rank", "8",
-                                                      "--merge-lora", "off", "--demos", "50"])
+    cfg = sft.main.__globals__["parse"](
+        sft.Config, ["--data", "a.jsonl,b.json", "--lora-rank", "8", "--merge-lora", "off", "--demos", "50"]
+    )
     assert (cfg.data, cfg.lora_rank, cfg.merge_lora, cfg.demos) == ("a.jsonl,b.json", 8, False, 50)
     docs = field_docs(sft.Config)
     assert all(docs.get(f) for f in sft.Config.__dataclass_fields__)

@@ -129,8 +129,10 @@ def test_distractors_are_stable_for_a_task_and_across_processes(url):
         assert post(url, "/reset", id=a, data_idx=data_idx)["observation"] == first
         assert post(url, "/reset", id=b, data_idx=data_idx)["observation"] == first
         assert T.TextCraftEnv().reset(data_idx)["observation"] == first  # another process, hash seed
-    assert post(url, "/reset", id=a, data_idx=len(T.GOALS))["observation"] == \
-        post(url, "/reset", id=b, data_idx=0)["observation"]  # data_idx wraps around, as AgentGym
+    assert (
+        post(url, "/reset", id=a, data_idx=len(T.GOALS))["observation"]
+        == post(url, "/reset", id=b, data_idx=0)["observation"]
+    )  # data_idx wraps around, as AgentGym
 
 
 def test_create_with_agentgym_goal_and_commands(url):
@@ -170,7 +172,7 @@ def test_splits_are_disjoint_and_match_the_depths():
     assert sorted(spec.splits["train"] + spec.splits["test"]) == list(range(544))
     assert not set(spec.splits["depth1-train"]) & set(spec.splits["depth1-test"])
     assert set(spec.splits["depth1-train"] + spec.splits["depth1-test"]) == set(depth_ranges[1])
-    for depth, ids in depth_ranges.items():  # every depth is tested
+    for ids in depth_ranges.values():  # every depth is tested
         assert set(ids) & set(spec.splits["test"])
     assert spec.parse_action("Thought: I need logs.\nAction: get 1 oak logs") == "get 1 oak logs"
 

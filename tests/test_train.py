@@ -10,8 +10,8 @@ import torch
 from scaling_inter import Schedule, fixed, staged
 from train import Config, parse_args, train
 
-
 # --- ScalingInter-RL ---------------------------------------------------------------------------
+
 
 def test_stage_2_starts_at_step_S_plus_1():
     s = staged([6, 13, 20], steps_per_stage=100)
@@ -38,17 +38,28 @@ def test_schedule_rejects_bad_rounds():
 
 # --- the loop ------------------------------------------------------------------------------------
 
+
 def small(tmp_path, **kw) -> Config:
-    base = dict(steps=2, tasks_per_step=2, group_size=2, minibatch_size=2, eval_episodes=4,
-                rounds="2,3", steps_per_stage=1, out=str(tmp_path), save_every=1)
+    base = dict(
+        steps=2,
+        tasks_per_step=2,
+        group_size=2,
+        minibatch_size=2,
+        eval_episodes=4,
+        rounds="2,3",
+        steps_per_stage=1,
+        out=str(tmp_path),
+        save_every=1,
+    )
     base.update(kw)
     return Config(**base)
 
 
 def servers_running() -> set[int]:
     """This test process's own BabyAI server subprocesses (others on the machine are not ours)."""
-    return {p.pid for p in psutil.Process().children(recursive=True)
-            if "servers.babyai" in " ".join(p.cmdline())}
+    return {
+        p.pid for p in psutil.Process().children(recursive=True) if "servers.babyai" in " ".join(p.cmdline())
+    }
 
 
 def test_a_short_training_run_completes_and_leaves_no_server(tmp_path):
@@ -65,8 +76,17 @@ def test_a_short_training_run_completes_and_leaves_no_server(tmp_path):
     assert set(summary["eval_after"]) == set(summary["eval_before"])
     rows = [json.loads(x) for x in open(tmp_path / "metrics.jsonl")]
     assert [r["step"] for r in rows] == [1, 2] and [r["horizon"] for r in rows] == [2, 3]
-    for key in ("charts/reward", "charts/success", "charts/turns", "losses/loss", "losses/kl",
-                "losses/entropy", "losses/clipfrac", "charts/tokens_per_s", "charts/seconds_per_step"):
+    for key in (
+        "charts/reward",
+        "charts/success",
+        "charts/turns",
+        "losses/loss",
+        "losses/kl",
+        "losses/entropy",
+        "losses/clipfrac",
+        "charts/tokens_per_s",
+        "charts/seconds_per_step",
+    ):
         assert key in rows[0]
     assert os.path.exists(tmp_path / "summary.json") and os.path.exists(tmp_path / "checkpoint" / "state.pt")
     assert servers_running() == before  # the server subprocess is gone
@@ -77,8 +97,26 @@ def test_a_short_training_run_completes_and_leaves_no_server(tmp_path):
 
 
 def test_cli_flags_cover_the_config():
-    cfg = parse_args(["--env", "babyai", "--algo", "grpo", "--steps", "7", "--rounds", "3,6",
-                      "--steps-per-stage", "4", "--seed", "3", "--out", "x", "--model", "tiny"])
+    cfg = parse_args(
+        [
+            "--env",
+            "babyai",
+            "--algo",
+            "grpo",
+            "--steps",
+            "7",
+            "--rounds",
+            "3,6",
+            "--steps-per-stage",
+            "4",
+            "--seed",
+            "3",
+            "--out",
+            "x",
+            "--model",
+            "tiny",
+        ]
+    )
     assert (cfg.steps, cfg.rounds, cfg.steps_per_stage, cfg.seed) == (7, "3,6", 4, 3)
     assert parse_args([]) == Config()  # the flags' defaults are the dataclass's
 
@@ -93,15 +131,37 @@ def test_every_knob_is_a_documented_flag_of_both_entry_points():
         docs = field_docs(cls)
         for f in dataclasses.fields(cls):
             assert docs.get(f.name), f"{cls.__name__}.{f.name} has no docstring"
-    algo_knobs = {"clip_ratio", "kl_coef", "entropy_coef", "group_std_eps", "gamma", "lam", "norm_adv",
-                  "whiten_eps", "vf_coef", "vf_clip", "critic_lr"}
+    algo_knobs = {
+        "clip_ratio",
+        "kl_coef",
+        "entropy_coef",
+        "group_std_eps",
+        "gamma",
+        "lam",
+        "norm_adv",
+        "whiten_eps",
+        "vf_coef",
+        "vf_clip",
+        "critic_lr",
+    }
     assert algo_knobs <= {f.name for f in dataclasses.fields(Config)}
     cfg = parse_args(["--vf-coef", "0.25", "--vf-clip", "0.1", "--group-std-eps", "1e-3", "--lam", "0.9"])
     assert (cfg.vf_coef, cfg.vf_clip, cfg.group_std_eps, cfg.lam) == (0.25, 0.1, 1e-3, 0.9)
 
 
-@pytest.mark.parametrize("text,value", [("false", False), ("False", False), ("0", False), ("off", False),
-                                        ("no", False), ("true", True), ("1", True), ("on", True)])
+@pytest.mark.parametrize(
+    "text,value",
+    [
+        ("false", False),
+        ("False", False),
+        ("0", False),
+        ("off", False),
+        ("no", False),
+        ("true", True),
+        ("1", True),
+        ("on", True),
+    ],
+)
 def test_booleans_parse_safely(text, value):
     assert parse_args(["--norm-adv", text]).norm_adv is value
     assert parse_args(["--mask-actions", text]).mask_actions is value
@@ -119,10 +179,28 @@ def test_eval_shares_the_agent_flags():
     from config import parse
     from eval import EvalConfig
 
-    cfg = parse(EvalConfig, ["--max-new-tokens", "64", "--context-turns", "2", "--mask-actions", "off",
-                             "--temperature", "0.5", "--n-samples", "3"])
-    assert (cfg.max_new_tokens, cfg.context_turns, cfg.mask_actions, cfg.temperature, cfg.n_samples) == \
-        (64, 2, False, 0.5, 3)
+    cfg = parse(
+        EvalConfig,
+        [
+            "--max-new-tokens",
+            "64",
+            "--context-turns",
+            "2",
+            "--mask-actions",
+            "off",
+            "--temperature",
+            "0.5",
+            "--n-samples",
+            "3",
+        ],
+    )
+    assert (cfg.max_new_tokens, cfg.context_turns, cfg.mask_actions, cfg.temperature, cfg.n_samples) == (
+        64,
+        2,
+        False,
+        0.5,
+        3,
+    )
 
 
 def test_flags_override_the_tiny_policys_defaults():
@@ -131,16 +209,35 @@ def test_flags_override_the_tiny_policys_defaults():
     default = load_agent(AgentConfig(), "cpu")
     assert (default.mask_actions, default.context_turns, default.max_new_tokens) == (True, 1, 48)
     assert default.is_tiny and default.path.endswith("tiny-babyai-v2")
-    custom = load_agent(AgentConfig(mask_actions=False, context_turns=0, max_new_tokens=7, temperature=0.5), "cpu")
-    assert (custom.mask_actions, custom.context_turns, custom.max_new_tokens, custom.temperature) == (False, 0, 7, 0.5)
+    custom = load_agent(
+        AgentConfig(mask_actions=False, context_turns=0, max_new_tokens=7, temperature=0.5), "cpu"
+    )
+    assert (custom.mask_actions, custom.context_turns, custom.max_new_tokens, custom.temperature) == (
+        False,
+        0,
+        7,
+        0.5,
+    )
 
 
 def test_eval_writes_summary_and_every_trajectory(tmp_path):
     import eval as evaluation
 
     out = tmp_path / "ev"
-    summary = evaluation.main(["--model", "tiny", "--task-ids", "1,41,81-82", "--n-samples", "2",
-                               "--max-turns", "3", "--out", str(out)])
+    summary = evaluation.main(
+        [
+            "--model",
+            "tiny",
+            "--task-ids",
+            "1,41,81-82",
+            "--n-samples",
+            "2",
+            "--max-turns",
+            "3",
+            "--out",
+            str(out),
+        ]
+    )
     assert summary["n_tasks"] == 4 and summary["n_episodes"] == 8
     assert summary["tasks"] == "task ids 1,41,81-82 (4 tasks)"
     assert set(summary["pass_at_k"]) == {"1", "2"}

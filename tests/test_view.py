@@ -25,13 +25,25 @@ def traj(task, success, actions, observations, category="BabyAI-GoToObjS6-v1", d
     conv = []
     for k, a in enumerate(actions):
         conv.append({"role": "user", "content": observations[k]})
-        conv.append({"role": "assistant", "content": f"Thought: I try this.\nAction: {a}" if a else "I am not sure."})
+        conv.append(
+            {"role": "assistant", "content": f"Thought: I try this.\nAction: {a}" if a else "I am not sure."}
+        )
     if not done:  # the last observation is context for a next turn only when the episode goes on
         conv.append({"role": "user", "content": observations[len(actions)]})
-    rec = {"task": task, "category": category, "success": success, "reward": 0.9 if success else 0.0,
-           "score": 0.9 if success else 0.0, "turns": len(actions), "done": done,
-           "error": "", "actions": actions, "rewards": [0.0] * (len(actions) - 1) + [0.9 if success else 0.0],
-           "conversation": conv, "observations": observations}
+    rec = {
+        "task": task,
+        "category": category,
+        "success": success,
+        "reward": 0.9 if success else 0.0,
+        "score": 0.9 if success else 0.0,
+        "turns": len(actions),
+        "done": done,
+        "error": "",
+        "actions": actions,
+        "rewards": [0.0] * (len(actions) - 1) + [0.9 if success else 0.0],
+        "conversation": conv,
+        "observations": observations,
+    }
     if frames:
         rec["frames"] = frames
     return rec
@@ -39,12 +51,28 @@ def traj(task, success, actions, observations, category="BabyAI-GoToObjS6-v1", d
 
 def episodes():
     return [
-        traj(4, True, ["go to red ball 1"], ["You see a red ball 1. Goal: go to the red ball.", "The task is completed."],
-             frames=[FRAME, FRAME]),
-        traj(44, False, ["turn left", "fly away"], ["obs a", "obs b", '"fly away" is not an available action; choose'],
-             done=False),
-        traj(84, False, ["", "turn right"], [HOSTILE, "obs " + HOSTILE, "obs c"], category="BabyAI-GoToRedBall-v0",
-             done=False),
+        traj(
+            4,
+            True,
+            ["go to red ball 1"],
+            ["You see a red ball 1. Goal: go to the red ball.", "The task is completed."],
+            frames=[FRAME, FRAME],
+        ),
+        traj(
+            44,
+            False,
+            ["turn left", "fly away"],
+            ["obs a", "obs b", '"fly away" is not an available action; choose'],
+            done=False,
+        ),
+        traj(
+            84,
+            False,
+            ["", "turn right"],
+            [HOSTILE, "obs " + HOSTILE, "obs c"],
+            category="BabyAI-GoToRedBall-v0",
+            done=False,
+        ),
         traj(124, True, ["pickup key 1", "go to door 1"], ["o1", "o2", "The task is completed."]),
         traj(164, False, ["move forward"], ["o1", "o2"], category="BabyAI-GoToRedBall-v0", done=False),
     ]
@@ -65,6 +93,7 @@ def write_run(folder, eps, bad_lines=True, summary=None):
 
 
 # --- reading, without a browser ------------------------------------------------------------------
+
 
 def test_a_malformed_or_truncated_line_is_named_and_the_rest_is_read(tmp_path):
     run = write_run(str(tmp_path / "ev"), episodes())
@@ -111,8 +140,16 @@ def test_untrusted_text_cannot_close_the_script_or_open_a_tag(tmp_path):
 # --- in the browser ------------------------------------------------------------------------------
 
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions"]
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-extensions",
+]
 
 
 @pytest.fixture(scope="module")
@@ -121,8 +158,11 @@ def browser():
     if not os.path.exists(CHROMIUM) and not shutil.which("chromium"):
         pytest.skip("needs Chromium (apt-get install -y chromium)")
     pw = pw_api.sync_playwright().start()
-    b = pw.chromium.launch(executable_path=CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium"),
-                           headless=True, args=ARGS)
+    b = pw.chromium.launch(
+        executable_path=CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium"),
+        headless=True,
+        args=ARGS,
+    )
     yield b
     b.close()
     pw.stop()
@@ -134,15 +174,24 @@ def open_page(browser, path):
     page.errors, page.requests = [], []
     page.on("console", lambda m: page.errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: page.errors.append(str(e)))
-    page.on("request", lambda r: page.requests.append(r.url) if not r.url.startswith(("file:", "data:")) else None)
+    page.on(
+        "request", lambda r: page.requests.append(r.url) if not r.url.startswith(("file:", "data:")) else None
+    )
     page.goto("file://" + os.path.abspath(path))
     return page
 
 
 def test_report_in_chromium_table_filter_episode_view(browser, tmp_path):
     eps = episodes()
-    run = write_run(str(tmp_path / "ev"), eps, summary={"success_rate": 0.4, "pass_at_k": {"1": 0.4, "2": 0.6, "4": 0.7},
-                   "by_category": {c: {"pass_at_k": {"1": 0.3, "2": 0.5, "4": 0.6}} for c in ("A", "B")}})
+    run = write_run(
+        str(tmp_path / "ev"),
+        eps,
+        summary={
+            "success_rate": 0.4,
+            "pass_at_k": {"1": 0.4, "2": 0.6, "4": 0.7},
+            "by_category": {c: {"pass_at_k": {"1": 0.3, "2": 0.5, "4": 0.6}} for c in ("A", "B")},
+        },
+    )
     out = view.main([run])
     assert out == os.path.join(run, "report.html")
     page = open_page(browser, out)
@@ -158,10 +207,22 @@ def test_report_in_chromium_table_filter_episode_view(browser, tmp_path):
     assert page.inner_text("#count") == "2 of 5 episodes"
     page.select_option("#f-category", "")
     page.click("#episodes th[data-key=score]")  # sort by score, ascending, then descending
-    assert page.locator("#episodes tbody tr td:nth-child(5)").all_inner_texts() == ["0", "0", "0", "0.900", "0.900"]
+    assert page.locator("#episodes tbody tr td:nth-child(5)").all_inner_texts() == [
+        "0",
+        "0",
+        "0",
+        "0.900",
+        "0.900",
+    ]
     page.click("#episodes th[data-key=task]")
     page.click("#episodes th[data-key=task]")
-    assert page.locator("#episodes tbody tr td:nth-child(2)").all_inner_texts() == ["164", "124", "84", "44", "4"]
+    assert page.locator("#episodes tbody tr td:nth-child(2)").all_inner_texts() == [
+        "164",
+        "124",
+        "84",
+        "44",
+        "4",
+    ]
     page.fill("#f-text", "fly away")
     assert page.inner_text("#count") == "1 of 5 episodes"
     page.click("#episodes tbody tr")  # the refused one
@@ -198,13 +259,30 @@ def test_training_run_curves_rollouts_and_before_after_comparison(browser, tmp_p
     for step in (2, 4):
         with open(run / "rollouts" / f"step_{step:06d}.jsonl", "w") as f:
             f.write("\n".join(json.dumps(e) for e in eps[:step]) + "\n")
-    keys = ["charts/success", "charts/reward", "charts/turns", "losses/kl", "losses/entropy", "losses/clipfrac"]
+    keys = [
+        "charts/success",
+        "charts/reward",
+        "charts/turns",
+        "losses/kl",
+        "losses/entropy",
+        "losses/clipfrac",
+    ]
     with open(run / "metrics.jsonl", "w") as f:
         for step in range(1, 5):
-            f.write(json.dumps({"step": step, "horizon": 3 if step <= 2 else 5, **{k: step / 10 for k in keys}}) + "\n")
+            f.write(
+                json.dumps({"step": step, "horizon": 3 if step <= 2 else 5, **{k: step / 10 for k in keys}})
+                + "\n"
+            )
         f.write('{"step": 5, "charts/succ')  # the run was killed mid-line
     with open(run / "summary.json", "w") as f:
-        json.dump({"config": {"steps": 4}, "eval_before": {"success_rate": 0.0}, "eval_after": {"success_rate": 0.6}}, f)
+        json.dump(
+            {
+                "config": {"steps": 4},
+                "eval_before": {"success_rate": 0.0},
+                "eval_after": {"success_rate": 0.6},
+            },
+            f,
+        )
     out = view.main([str(run), "--out", str(tmp_path / "r.html")])
     page = open_page(browser, out)
     page.evaluate("location.hash = '#training'")
@@ -224,12 +302,27 @@ def test_training_run_curves_rollouts_and_before_after_comparison(browser, tmp_p
 
 # --- end to end: what eval.py and train.py write, viewed ------------------------------------------
 
+
 def test_eval_with_render_records_a_frame_per_observation_and_writes_its_report(browser, tmp_path):
     import eval as evaluation
 
     out = tmp_path / "ev"
-    evaluation.main(["--model", "tiny", "--task-ids", "4,44", "--n-samples", "2", "--max-turns", "3",
-                     "--render", "true", "--out", str(out)])
+    evaluation.main(
+        [
+            "--model",
+            "tiny",
+            "--task-ids",
+            "4,44",
+            "--n-samples",
+            "2",
+            "--max-turns",
+            "3",
+            "--render",
+            "true",
+            "--out",
+            str(out),
+        ]
+    )
     lines = [json.loads(x) for x in open(out / "trajectories.jsonl")]
     assert len(lines) == 4
     for t in lines:
@@ -252,8 +345,20 @@ def test_training_run_with_saved_rollouts_has_curves_samples_and_before_after(br
     from train import Config, train
 
     assert Config().save_rollouts_every == 0  # off by default
-    train(Config(steps=2, tasks_per_step=2, group_size=2, minibatch_size=4, eval_episodes=3, rounds="2,3",
-                 steps_per_stage=1, out=str(tmp_path), save_every=2, save_rollouts_every=1))
+    train(
+        Config(
+            steps=2,
+            tasks_per_step=2,
+            group_size=2,
+            minibatch_size=4,
+            eval_episodes=3,
+            rounds="2,3",
+            steps_per_stage=1,
+            out=str(tmp_path),
+            save_every=2,
+            save_rollouts_every=1,
+        )
+    )
     for step in (1, 2):
         rows = [json.loads(x) for x in open(tmp_path / "rollouts" / f"step_{step:06d}.jsonl")]
         assert len(rows) == 4 and {r["step"] for r in rows} == {step}
@@ -269,7 +374,11 @@ def test_training_run_with_saved_rollouts_has_curves_samples_and_before_after(br
     page.evaluate("location.hash = '#episodes'")
     assert page.inner_text("#count") == "14 of 14 episodes"
     # every turn of the saved rollouts shows the credit the update gave it (machinery/signals.py)
-    turns = sum(r["turns"] for step in (1, 2) for r in map(json.loads, open(tmp_path / "rollouts" / f"step_{step:06d}.jsonl")))
+    turns = sum(
+        r["turns"]
+        for step in (1, 2)
+        for r in map(json.loads, open(tmp_path / "rollouts" / f"step_{step:06d}.jsonl"))
+    )
     page.evaluate("location.hash = '#credit'")
     cells = page.locator("#credit-view td.credit").all_inner_texts()
     assert len(cells) == turns and all(c.startswith(("+", "-")) for c in cells)
@@ -279,6 +388,7 @@ def test_training_run_with_saved_rollouts_has_curves_samples_and_before_after(br
 
 
 # --- learning signals: alarm banners and the credit each algorithm gives each turn ----------------
+
 
 def signals_run(folder):
     """A GRPO run of 4 steps: a no-signal alarm at steps 2-4 and a non-finite step 3 (its loss NaN);
@@ -297,9 +407,16 @@ def signals_run(folder):
     write_trajectories(str(folder / "rollouts" / "step_000002.jsonl"), trajs, step=2)
     with open(folder / "metrics.jsonl", "w") as f:
         for step in range(1, 5):
-            row = {"step": step, "horizon": 3, "charts/success": 0.5, "losses/loss": float("nan") if step == 3 else 0.1,
-                   "signals/flat_groups": 1.0 if step > 1 else 0.2, "signals/flat_failed": 1.0 if step > 1 else 0.1,
-                   "signals/flat_succeeded": 0.0, "signals/nonfinite_skips": int(step == 3)}
+            row = {
+                "step": step,
+                "horizon": 3,
+                "charts/success": 0.5,
+                "losses/loss": float("nan") if step == 3 else 0.1,
+                "signals/flat_groups": 1.0 if step > 1 else 0.2,
+                "signals/flat_failed": 1.0 if step > 1 else 0.1,
+                "signals/flat_succeeded": 0.0,
+                "signals/nonfinite_skips": int(step == 3),
+            }
             row.update({"alarm/no_signal": 1.0} if step > 1 else {})
             row.update({"alarm/non_finite": 1.0} if step == 3 else {})
             f.write(json.dumps(row) + "\n")
@@ -326,7 +443,9 @@ def test_alarms_are_banners_pointing_at_their_steps_and_credit_is_the_algorithms
     html = open(out).read()
     data = json.loads(html.split('<script id="data" type="application/json">')[1].split("</script>")[0])
     assert [a["name"] for a in data["alarms"]] == ["non_finite", "no_signal"]  # in signals.ALARMS' order
-    assert data["training"][0]["metrics"][2]["losses/loss"] is None  # NaN: JSON has none, the page still parses
+    assert (
+        data["training"][0]["metrics"][2]["losses/loss"] is None
+    )  # NaN: JSON has none, the page still parses
     page = open_page(browser, out)
     banners = page.locator("#alarms .alarm")
     assert banners.count() == 2
@@ -337,7 +456,10 @@ def test_alarms_are_banners_pointing_at_their_steps_and_credit_is_the_algorithms
     heads = page.locator("#credit-view th").all_inner_texts()
     assert heads[5:] == ["run: grpo", "grpo", "gigpo", "ppo (sum over the turn's tokens)"]
     rows = page.locator("#credit-view table tr")
-    shown = [[float(x) for x in rows.nth(i + 1).locator("td.credit").all_inner_texts()] for i in range(rows.count() - 1)]
+    shown = [
+        [float(x) for x in rows.nth(i + 1).locator("td.credit").all_inner_texts()]
+        for i in range(rows.count() - 1)
+    ]
     a_grpo = grpo.group_advantages(batch.rewards, batch.groups)
     a_gigpo = gigpo.gigpo_advantages(batch.rewards.tolist(), batch.groups.tolist(), batch.anchors)
     ppo.advantages(batch, signals_config(), None)  # the run saved no critic values: PPO's zero critic
@@ -354,7 +476,9 @@ def test_alarms_are_banners_pointing_at_their_steps_and_credit_is_the_algorithms
     # an episode page: each turn's credit chip, coloured by its sign
     page.evaluate("location.hash = '#episode-1'")  # trajectory 1 failed: GRPO pushes its turns down
     chips = page.locator(".turn .credits .credit")
-    assert chips.count() == 2 * 4 and "rgba(198, 40, 40" in chips.first.evaluate("e => getComputedStyle(e).backgroundColor")
+    assert chips.count() == 2 * 4 and "rgba(198, 40, 40" in chips.first.evaluate(
+        "e => getComputedStyle(e).backgroundColor"
+    )
     assert signals.TOKEN_LEVEL == ("ppo", "reinforce_pp")  # the page's CREDIT_TOKEN_LEVEL says the same
     page.screenshot(path=str(tmp_path / "credit.png"), full_page=True)
     assert page.errors == [] and page.requests == []
@@ -366,4 +490,6 @@ def test_credit_rejects_an_unknown_algorithm_in_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         view.main([str(run), "--credit", "grpo,nope"])
     err = capsys.readouterr().err
-    assert e.value.code == 2 and "unknown algorithm(s) nope; allowed: grpo" in err and len(err.splitlines()) == 1
+    assert (
+        e.value.code == 2 and "unknown algorithm(s) nope; allowed: grpo" in err and len(err.splitlines()) == 1
+    )

@@ -21,9 +21,12 @@ from servers import webarena_eval
 
 pytestmark = pytest.mark.skipif(
     not (shutil.which("chromium") or os.environ.get("WEBARENA_CHROMIUM")),
-    reason="needs Chromium (apt-get install -y chromium)")
+    reason="needs Chromium (apt-get install -y chromium)",
+)
 
-TASK_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "servers", "webarena_tasks")
+TASK_DIR = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "servers", "webarena_tasks"
+)
 
 # A scripted solution of every offline task: ("click"|"hover", role, name), ("type", role, name, text,
 # enter) with the element found by role and name on the current page, or a literal action string.
@@ -43,40 +46,90 @@ SOLUTIONS = {
     12: [("click", "link", "Kitchen"), "stop []"],
     13: [("click", "link", "Electronics"), ("click", "link", "Price: low to high"), "stop []"],
     14: [("click", "link", "My Account"), ("click", "link", "Order #1002"), "stop []"],
-    15: [("click", "link", "Kitchen"), ("click", "link", "Copper Kettle"), ("click", "button", "Add to Cart"),
-         "stop []"],
-    16: [("click", "link", "Kitchen"), ("click", "link", "Bamboo Cutting Board"),
-         ("type", "textbox", "Quantity", "2", 0), ("click", "button", "Add to Cart"), "stop []"],
-    17: [("click", "link", "Books"), ("click", "link", "Learning to Sail"),
-         ("type", "textbox", "Rating (1 to 5)", "5", 0),
-         ("type", "textbox", "Review", "Perfect for beginners", 0), ("click", "button", "Submit Review"), "stop []"],
-    18: [("click", "link", "Outdoor"), ("click", "link", "Ember Camp Stove"), ("click", "button", "Add to Wishlist"),
-         "stop []"],
+    15: [
+        ("click", "link", "Kitchen"),
+        ("click", "link", "Copper Kettle"),
+        ("click", "button", "Add to Cart"),
+        "stop []",
+    ],
+    16: [
+        ("click", "link", "Kitchen"),
+        ("click", "link", "Bamboo Cutting Board"),
+        ("type", "textbox", "Quantity", "2", 0),
+        ("click", "button", "Add to Cart"),
+        "stop []",
+    ],
+    17: [
+        ("click", "link", "Books"),
+        ("click", "link", "Learning to Sail"),
+        ("type", "textbox", "Rating (1 to 5)", "5", 0),
+        ("type", "textbox", "Review", "Perfect for beginners", 0),
+        ("click", "button", "Submit Review"),
+        "stop []",
+    ],
+    18: [
+        ("click", "link", "Outdoor"),
+        ("click", "link", "Ember Camp Stove"),
+        ("click", "button", "Add to Wishlist"),
+        "stop []",
+    ],
     19: [("click", "link", "My Account"), ("type", "textbox", "City", "Pittsburgh", 1), "stop []"],
-    20: [("click", "link", "Sign In"), ("type", "textbox", "Username", "emma", 0),
-         ("type", "textbox", "Password", "emma2024", 1), "stop []"],
+    20: [
+        ("click", "link", "Sign In"),
+        ("type", "textbox", "Username", "emma", 0),
+        ("type", "textbox", "Password", "emma2024", 1),
+        "stop []",
+    ],
     21: [("click", "link", "travel"), "stop [dave]"],
     22: [("click", "link", "cooking"), "stop [2]"],
     23: [("click", "link", "cooking"), ("click", "link", "Top"), "stop [Cast iron seasoning tips]"],
     24: ["stop [technology]"],
-    25: [("click", "link", "technology"), ("click", "link", "Is a mechanical keyboard worth it?"),
-         "stop [Mine did wonders for my typing speed.]"],
+    25: [
+        ("click", "link", "technology"),
+        ("click", "link", "Is a mechanical keyboard worth it?"),
+        "stop [Mine did wonders for my typing speed.]",
+    ],
     26: [("click", "link", "cooking"), "stop []"],
     27: [("type", "textbox", "Search posts", "sourdough", 1), "stop []"],
-    28: [("click", "link", "travel"), ("click", "link", "Packing light for a hiking trip"), ("click", "link", "erin"),
-         "stop []"],
+    28: [
+        ("click", "link", "travel"),
+        ("click", "link", "Packing light for a hiking trip"),
+        ("click", "link", "erin"),
+        "stop []",
+    ],
     29: [("click", "link", "technology"), ("click", "link", "Top"), "stop []"],
-    30: [("click", "link", "cooking"), ("click", "link", "Sourdough starter died again"),
-         ("type", "textbox", "Comment", "Try a warmer spot.", 0), ("click", "button", "Post comment"), "stop []"],
-    31: [("click", "link", "books"), ("click", "link", "Submit a new post"),
-         ("type", "textbox", "Title", "Favourite poetry collections", 0), ("click", "button", "Create post"),
-         "stop []"],
-    32: [("click", "link", "technology"), ("click", "link", "Linux on an old laptop"), ("click", "button", "Upvote"),
-         "stop []"],
-    33: [("click", "link", "Log in"), ("type", "textbox", "Username", "alex", 0),
-         ("type", "textbox", "Password", "forum123", 1), "stop []"],
-    34: [("click", "link", "technology"), ("click", "link", "Is a mechanical keyboard worth it?"),
-         ("click", "button", "Upvote"), "stop []"],
+    30: [
+        ("click", "link", "cooking"),
+        ("click", "link", "Sourdough starter died again"),
+        ("type", "textbox", "Comment", "Try a warmer spot.", 0),
+        ("click", "button", "Post comment"),
+        "stop []",
+    ],
+    31: [
+        ("click", "link", "books"),
+        ("click", "link", "Submit a new post"),
+        ("type", "textbox", "Title", "Favourite poetry collections", 0),
+        ("click", "button", "Create post"),
+        "stop []",
+    ],
+    32: [
+        ("click", "link", "technology"),
+        ("click", "link", "Linux on an old laptop"),
+        ("click", "button", "Upvote"),
+        "stop []",
+    ],
+    33: [
+        ("click", "link", "Log in"),
+        ("type", "textbox", "Username", "alex", 0),
+        ("type", "textbox", "Password", "forum123", 1),
+        "stop []",
+    ],
+    34: [
+        ("click", "link", "technology"),
+        ("click", "link", "Is a mechanical keyboard worth it?"),
+        ("click", "button", "Upvote"),
+        "stop []",
+    ],
 }
 
 
@@ -146,8 +199,16 @@ def test_every_offline_task_has_a_solution_that_scores_1_on_8_concurrent_instanc
 
 
 def test_concurrent_instances_do_not_see_each_others_state(agents):
-    products = ["Copper Kettle", "Aurora Desk Lamp", "Volt USB-C Charger", "Nimbus Webcam",
-                "Orbit Bluetooth Speaker", "Pulse Wireless Earbuds", "Cast Iron Skillet", "Chef Pro Knife Set"]
+    products = [
+        "Copper Kettle",
+        "Aurora Desk Lamp",
+        "Volt USB-C Charger",
+        "Nimbus Webcam",
+        "Orbit Bluetooth Speaker",
+        "Pulse Wireless Earbuds",
+        "Cast Iron Skillet",
+        "Chef Pro Knife Set",
+    ]
 
     def add_to_cart(k):
         a = agents[k]
@@ -165,13 +226,16 @@ def test_concurrent_instances_do_not_see_each_others_state(agents):
     assert "Cart (0)" in agents[0].reset(0)["observation"]  # and a reset starts from the seed state
 
 
-@pytest.mark.parametrize("task,solved,unsolved", [
-    (1, "stop [6]", "stop [5]"),  # string_match, exact_match
-    (0, "stop [It costs $34.99.]", "stop [$28.00]"),  # string_match, must_include
-    (8, "stop [N/A]", "stop [$12]"),  # string_match, fuzzy_match "N/A" (checked exactly first)
-    (12, ("click", "link", "Kitchen"), ("click", "link", "Books")),  # url_match
-    (15, ("click", "button", "Add to Cart"), ("click", "link", "Cart (0)")),  # program_html
-])
+@pytest.mark.parametrize(
+    "task,solved,unsolved",
+    [
+        (1, "stop [6]", "stop [5]"),  # string_match, exact_match
+        (0, "stop [It costs $34.99.]", "stop [$28.00]"),  # string_match, must_include
+        (8, "stop [N/A]", "stop [$12]"),  # string_match, fuzzy_match "N/A" (checked exactly first)
+        (12, ("click", "link", "Kitchen"), ("click", "link", "Books")),  # url_match
+        (15, ("click", "button", "Add to Cart"), ("click", "link", "Cart (0)")),  # program_html
+    ],
+)
 def test_each_evaluator_scores_a_solved_task_1_and_an_unsolved_task_0(agents, task, solved, unsolved):
     a = agents[0]
     for step, want in ((solved, 1.0), (unsolved, 0.0)):
@@ -198,7 +262,11 @@ def test_every_action_type(agents, server):
     a = agents[2]
     obs = a.reset(0)["observation"]
     assert obs.startswith("OBSERVATION:\nTab 0 (current): One Stop Shop")
-    assert "URL: http://127.0.0.1" in obs and "OBJECTIVE: What is the price" in obs and "PREVIOUS ACTION: None" in obs
+    assert (
+        "URL: http://127.0.0.1" in obs
+        and "OBJECTIVE: What is the price" in obs
+        and "PREVIOUS ACTION: None" in obs
+    )
     assert re.search(r"\[\d+\] link 'Kitchen'", obs)
     home = re.search(r"URL: (\S+)", obs).group(1)
     assert "/category/kitchen" in a.do(("click", "link", "Kitchen"))["observation"]
@@ -239,7 +307,7 @@ def test_a_bad_element_id_and_a_malformed_reply_change_nothing_and_say_why(agent
     out = a.post("/step", {"env_idx": a.id, "action": "```scroll [sideways]```"})
     assert "cannot parse" in out["observation"]
     assert out["observation"].split("\n\n", 1)[1] == before  # the page is where it was
-    r = requests.post(a.url + "/reset", json={"env_idx": a.id, "idx": 10 ** 6})
+    r = requests.post(a.url + "/reset", json={"env_idx": a.id, "idx": 10**6})
     assert r.status_code == 400 and "no task named '1000000'" in r.json()["error"]  # idx names a config
 
 
@@ -253,25 +321,37 @@ def test_the_browser_stays_inside_the_tasks_sites(agents, server, tmp_path):
     secret.write_text("TOP-SECRET-CONTENT")
     forum_home = re.search(r"URL: (http://127\.0\.0\.1:\d+/)", a.reset(21)["observation"]).group(1)
     a.reset(0)
-    for url in (f"file://{secret}", "file:///etc/passwd", "data:text/html,<h1>hello</h1>", "chrome://version",
-                "javascript:alert(1)", "view-source:file:///etc/passwd", "http://example.com/", forum_home):
+    for url in (
+        f"file://{secret}",
+        "file:///etc/passwd",
+        "data:text/html,<h1>hello</h1>",
+        "chrome://version",
+        "javascript:alert(1)",
+        "view-source:file:///etc/passwd",
+        "http://example.com/",
+        forum_home,
+    ):
         out = a.do(f"goto [{url}]")
         assert out["observation"].startswith("Invalid action: Refused:"), (url, out["observation"][:300])
         assert "TOP-SECRET" not in out["observation"] and "root:x:0" not in out["observation"]
         assert not out["done"] and "URL: about:blank" not in out["observation"]
     # A task config outside the task folder is never opened, and a path is not a task name.
-    r = requests.post(server.url + "/reset", json={"env_idx": a.id, "idx": str(TASK_DIR + "/0.json")}, timeout=60)
+    r = requests.post(
+        server.url + "/reset", json={"env_idx": a.id, "idx": str(TASK_DIR + "/0.json")}, timeout=60
+    )
     assert r.status_code == 400 and "task folder" in r.json()["error"]
     r = requests.post(server.url + "/reset", json={"env_idx": a.id, "idx": "../../etc/passwd"}, timeout=60)
     assert r.status_code == 400
     assert a.reset(0)["done"] is False  # still serves
 
 
-LINKS_PAGE = (b"<html><head><title>Links</title></head><body><h1>Links</h1>"
-              b"<a href='file:///etc/passwd'>to a file</a> <a href='data:text/html,<h1>inline</h1>'>to data</a> "
-              b"<a href='http://localhost:1/elsewhere'>to another host</a> <a href='/get.bin'>a download</a> "
-              b"<a href='/second'>a page of this site</a><a href='/slow'>a slow page</a>"
-              b"<img src='file:///etc/hostname'></body></html>")
+LINKS_PAGE = (
+    b"<html><head><title>Links</title></head><body><h1>Links</h1>"
+    b"<a href='file:///etc/passwd'>to a file</a> <a href='data:text/html,<h1>inline</h1>'>to data</a> "
+    b"<a href='http://localhost:1/elsewhere'>to another host</a> <a href='/get.bin'>a download</a> "
+    b"<a href='/second'>a page of this site</a><a href='/slow'>a slow page</a>"
+    b"<img src='file:///etc/hostname'></body></html>"
+)
 
 
 class _Site(http.server.BaseHTTPRequestHandler):
@@ -286,7 +366,11 @@ class _Site(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Type", "text/html")
             if self.path == "/slow":
                 time.sleep(8)  # a page that takes longer than the action's time limit
-            body = LINKS_PAGE if self.path != "/second" else b"<html><title>Second</title><p>second page</p></html>"
+            body = (
+                LINKS_PAGE
+                if self.path != "/second"
+                else b"<html><title>Second</title><p>second page</p></html>"
+            )
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         try:
@@ -363,8 +447,12 @@ def test_a_crashed_browser_is_restarted_and_the_browser_is_gone_after_the_server
         a = Agent(server.url)
         a.reset(0)
         pids = requests.get(server.url + "/browser").json()["pids"]
-        chromium = [p for p in pids if "chrom" in open(f"/proc/{p}/cmdline").read().split("\0")[0]
-                    and "--type=" not in open(f"/proc/{p}/cmdline").read()]
+        chromium = [
+            p
+            for p in pids
+            if "chrom" in open(f"/proc/{p}/cmdline").read().split("\0")[0]
+            and "--type=" not in open(f"/proc/{p}/cmdline").read()
+        ]
         os.kill(chromium[0], signal.SIGKILL)
         time.sleep(0.5)
         assert "crashed" in a.do("scroll [down]")["observation"]
