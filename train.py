@@ -307,81 +307,37 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
             t_roll = time.time() - t0
             if skip_failed_step(run, step, horizon, trajs, n_errors):
                 continue
-            # 3. advantages from the outcome rewards (the KL term's reference log-probs first)
+            # 3. advantages from the outcome rewards (pi_old and the reference's log-probs first)
             with timed(tm, "make_batch"):
                 batch = make_batch(trajs, policy.tokenizer.pad_token_id)
-            if cfg.overlong_filter:  # no loss on an episode with a reply cut at --max-new-tokens
-                cut = [t.truncated > 0 for t in trajs]
-                extra["charts/overlong_masked"] = dist.global_sum(mask_truncated(batch, cut))
             t_update = time.time()
-            if cfg.mixed_precision != "no":
-                extra.update(recompute_old_logprobs(run, batch, tm))
-            if cfg.kl_coef:
-                with (
-                    timed(tm, "reference"),
-                    accelerator.autocast(),
-                    lora.reference(policy.model),
-                    dist.full_weights(forward),
-                ):
-                    batch.ref_logprobs = reference_logprobs(run.ref_model or policy.model, batch, cfg)
-            # (an algorithm with a model of its own reads the batch here)
-            with timed(tm, "advantages"), accelerator.autocast():
+            extra.update(prepare_batch(run, batch, trajs, tm))
+            with timed(tm, "advantages"), accelerator.autocast():  # an algorithm's own model reads it here
                 algo.advantages(batch, cfg, state)
             # 4. update: `epochs` passes of clipped-ratio steps over minibatches
             policy.model.train()
             stats = update(forward, batch, len(trajs), algo, cfg, state, accelerator, run.trained, tm)
-            if (
-                step == run.start and run.main
-            ):  # before any optimizer step the ratio must be 1 (ON_POLICY_TOL)
-                gap = stats["charts/on_policy_gap"]
-                tqdm.write(
-                    f"first minibatch: |log ratio| mean {gap:.2e}, max "
-                    f"{stats['charts/on_policy_gap_max']:.2e} "
-                    f"({'on-policy' if gap <= ON_POLICY_TOL else 'NOT on-policy'} at tolerance "
-                    f"{ON_POLICY_TOL:g})"
-                )
+            if step == run.start and run.main:  # before any optimizer step the ratio must be 1
+                print_on_policy_gap(stats)
             signals.check_finite(policy.model, step)  # NaN weights stop the run here, never saved
             # 5. log (with the periodic evaluation), checkpoint
             gen_tokens = int(dist.global_sum(int(batch.loss_mask.sum())))
+            times = (t0, t_roll, t_update)
             m = step_metrics(
-                run,
-                step,
-                horizon,
-                trajs,
-                batch,
-                {**stats, **extra},
-                gen_tokens,
-                n_errors,
-                t0,
-                t_roll,
-                t_update,
+                run, step, horizon, trajs, batch, {**stats, **extra}, gen_tokens, n_errors, times
             )
             m.update(signals.step_signals(dist.gather(signals.episode_facts(episodes)), batch))  # signals.py
             m.update(evaluation(run, "step", step))
             fired = log_step(run, m, episodes, batch, trajs)
-            bar.set_postfix(
-                h=horizon,
-                succ=f"{m['charts/success']:.2f}",
-                turns=f"{m['charts/turns']:.1f}",
-                flat=f"{m['signals/flat_groups']:.2f}",
-                alarms=len(fired),
-            )
+            bar.set_postfix(**progress(m, fired))
             if step % cfg.save_every == 0 or step == cfg.steps:
                 with timed(tm, "checkpoint"):
                     save_checkpoint(
                         cfg, accelerator, policy, forward, run.optimizer, step, run.ref_path, state
                     )
             if profile is not None:
-                profile.append(
-                    {
-                        "step": step,
-                        "horizon": horizon,
-                        "episodes": len(trajs),
-                        "agent_tokens": gen_tokens,
-                        "total": time.time() - t0,
-                        **tm,
-                    }
-                )
+                row = {"step": step, "horizon": horizon, "episodes": len(trajs), "agent_tokens": gen_tokens}
+                profile.append({**row, "total": time.time() - t0, **tm})
             if fired and cfg.stop_on_alarm:  # an alarm stops the run only when asked to
                 if run.main:
                     tqdm.write(f"stopping after step {step}: --stop-on-alarm ({', '.join(fired)})")
@@ -705,6 +661,46 @@ def skip_failed_step(run: Run, step: int, horizon: int, trajs: list, n_errors: i
     return bool(skip)
 
 
+def prepare_batch(run: Run, batch: Batch, trajs: list, tm=None) -> dict:
+    """What the advantages and the loss read besides the rewards: --overlong-filter's mask (no loss
+    on an episode with a reply cut at --max-new-tokens), pi_old recomputed under --mixed-precision,
+    and the reference model's log-probs for the KL term. Returns their stats."""
+    cfg, policy, stats = run.cfg, run.policy, {}
+    if cfg.overlong_filter:
+        cut = [t.truncated > 0 for t in trajs]
+        stats["charts/overlong_masked"] = dist.global_sum(mask_truncated(batch, cut))
+    if cfg.mixed_precision != "no":
+        stats.update(recompute_old_logprobs(run, batch, tm))
+    if cfg.kl_coef:
+        with (
+            timed(tm, "reference"),
+            run.accelerator.autocast(),
+            lora.reference(policy.model),
+            dist.full_weights(run.forward),
+        ):
+            batch.ref_logprobs = reference_logprobs(run.ref_model or policy.model, batch, cfg)
+    return stats
+
+
+def print_on_policy_gap(stats: dict) -> None:
+    """The first minibatch's |log ratio|, before any optimizer step: 0 up to ON_POLICY_TOL."""
+    gap, worst = stats["charts/on_policy_gap"], stats["charts/on_policy_gap_max"]
+    verdict = "on-policy" if gap <= ON_POLICY_TOL else "NOT on-policy"
+    said = f"first minibatch: |log ratio| mean {gap:.2e}, max {worst:.2e}"
+    tqdm.write(f"{said} ({verdict} at tolerance {ON_POLICY_TOL:g})")
+
+
+def progress(m: dict, fired: list) -> dict:
+    """The progress bar's short figures: horizon, success, turns, flat groups, alarms so far."""
+    return {
+        "h": m["horizon"],
+        "succ": f"{m['charts/success']:.2f}",
+        "turns": f"{m['charts/turns']:.1f}",
+        "flat": f"{m['signals/flat_groups']:.2f}",
+        "alarms": len(fired),
+    }
+
+
 def step_metrics(
     run: Run,
     step: int,
@@ -714,12 +710,11 @@ def step_metrics(
     stats: dict,
     gen_tokens: int,
     n_errors: int,
-    t0: float,
-    t_roll: float,
-    t_update: float,
+    times: tuple[float, float, float],
 ) -> dict:
     """The step's line of metrics.jsonl: its episodes (every process's), speed, memory and the
-    update's stats."""
+    update's stats. `times`: the step's start, the rollout's seconds, the update's start."""
+    t0, t_roll, t_update = times
     # dist.gather: the same lists on every process, so the adaptive schedule decides the same everywhere
     ep = dist.gather(
         [(t.reward, t.success, t.turns, t.truncated, not t.done and t.turns >= horizon) for t in trajs]
