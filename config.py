@@ -148,8 +148,8 @@ class AgentConfig:
     context_turns: int | None = flag(None, at_least=0)
     """turns of history the agent sees, 0: the whole conversation; auto: 1 for tiny, 0 for real models"""
     threads: int = flag(0, at_least=0)
-    """torch CPU threads; 0: 1 on a CPU (faster there for the tiny policy and for a real model's decoding:
-    docs/speed_smollm2.md), torch's default with a GPU"""
+    """torch CPU threads; 0: 1 for the tiny policy on a CPU, every core for a real model or a GPU
+    (set_threads; on a busy machine 1 is faster: docs/speed_smollm2.md)"""
     generation_dtype: str = flag("", choices=("", "float32", "bfloat16", "float16"))
     """rollouts sample from a copy of the policy in this dtype, LoRA merged in (agent.generation_model;
     changes the log-probs by its rounding); empty: the policy itself"""
@@ -204,17 +204,57 @@ def resolve_device(device: str) -> str:
 
 
 def set_threads(cfg: AgentConfig, device: str) -> int:
-    """Set torch's intra-op threads from `cfg.threads` (0: the device's default) and return it.
-    On a CPU one thread is the default: the tiny policy's matrices are so small that a second
-    OpenMP thread costs more in synchronisation than it saves, most of all on a busy machine
-    (docs/speed.md, measured with benchmarks/rollout_profile.py). A real model's decoding is no
-    different (16 rows x SmolLM2's 576 -> 1536: 6.4 GFLOP/s on 1 thread, 0.4 on 2, on a busy 2-core
-    machine), though its large matmuls gain (2048 rows: 8.1 against 9.7; docs/speed_smollm2.md)."""
+    """Set torch's intra-op threads from `cfg.threads` and return it. 0: one thread for the tiny
+    policy on a CPU (its matrices are so small that a second OpenMP thread costs more in
+    synchronisation than it saves; docs/speed.md), torch's default (every core) for a real model
+    or a GPU: on an idle 2-core machine SmolLM2's matmuls ran 1.4x (16 rows, a decode step) to 1.6x
+    (2048 rows, the update) faster on 2 threads than on 1 (benchmarks/matmul_peak.py,
+    docs/speed_smollm2.md). On a machine other jobs keep busy, `--threads 1` is faster."""
     import torch
 
-    n = cfg.threads or (1 if device == "cpu" else torch.get_num_threads())
+    if not _DEFAULT_THREADS:
+        _DEFAULT_THREADS.append(torch.get_num_threads())  # torch's own, before anything set it
+    n = cfg.threads or (1 if device == "cpu" and is_tiny_model(cfg.model) else _DEFAULT_THREADS[0])
     torch.set_num_threads(n)
     return n
+
+
+_DEFAULT_THREADS: list[int] = []
+
+
+def is_tiny_model(name: str) -> bool:
+    """`name` (a --model) is the tiny policy, a checkpoint of it, or LoRA adapters on it."""
+    import tiny
+    from machinery import lora
+
+    return tiny.is_tiny(lora.base_of(name) if lora.is_adapter(name) else name)
+
+
+def resolve_precision(mixed_precision: str, model: str, device: str) -> str:
+    """`--mixed-precision auto`: bf16 for a real model where the hardware computes in bf16 at full
+    speed (a CUDA GPU that supports it; a CPU with AVX512-BF16 or AMX), else no; always no for the
+    tiny policy, whose demo keeps float32's numbers. bf16 autocast keeps the trained weights, the
+    gradients, AdamW and the LM head in float32 (docs/gpu.md, "Precision"); on this project's
+    2-core CPU it made SmolLM2's update 1.7x faster (docs/speed_smollm2.md). Other values as given."""
+    if mixed_precision != "auto":
+        return mixed_precision
+    if is_tiny_model(model):
+        return "no"
+    import torch
+
+    if device.startswith("cuda"):
+        return "bf16" if torch.cuda.is_bf16_supported() else "no"
+    return "bf16" if cpu_has_fast_bf16() else "no"
+
+
+def cpu_has_fast_bf16() -> bool:
+    """Whether the CPU has bf16 matrix instructions (x86's AVX512-BF16 or AMX; Linux's /proc/cpuinfo
+    says; elsewhere no)."""
+    try:
+        flags = open("/proc/cpuinfo").read().split()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def parse_bool(text: str) -> bool:

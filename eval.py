@@ -43,6 +43,7 @@ from config import (
     parse,
     problem,
     resolve_device,
+    resolve_precision,
     set_threads,
 )
 from envs import ENVS, EnvPool, EnvSpec, close_pool, open_pool, server_url
@@ -69,8 +70,8 @@ class EvalConfig(AgentConfig):
     """episodes in flight at once"""
     generation_batch_size: int = flag(256, at_least=1)
     """episodes that generate at once (their KV caches share the memory); the rest wait (train.py's flag)"""
-    mixed_precision: str = flag("no", choices=("no", "fp16", "bf16"))
-    """autocast of generation: the precision the policy trained in (train.py's flag)"""
+    mixed_precision: str = flag("auto", choices=("auto", "no", "fp16", "bf16"))
+    """autocast of generation: the precision the policy trained in (train.py's flag; auto as there)"""
     out: str = "runs/eval"
     """output folder: summary.json, summary.md, trajectories.jsonl, report.html"""
     render: bool = False
@@ -394,6 +395,7 @@ def main(argv=None):
     tasks = parse_task_ids(cfg.task_ids) if cfg.task_ids else spec.splits[cfg.split]
     tasks = tasks[: cfg.limit] if cfg.limit else tasks
     set_threads(cfg, device)
+    cfg.mixed_precision = resolve_precision(cfg.mixed_precision, cfg.model, device)
     policy = None if cfg.expert else load_agent(cfg, here.device)
     os.makedirs(cfg.out, exist_ok=True)
     pool = open_pool(

@@ -56,7 +56,7 @@ import tiny
 from agent import LastTurns, Policy, Trajectory, WholeConversation, action_trie
 from algorithm import Algorithm, masked_mean
 from batch import Row, make_batch
-from config import AgentConfig, flag, load_agent, parse, resolve_device, set_threads
+from config import AgentConfig, flag, load_agent, parse, resolve_device, resolve_precision, set_threads
 from envs import ENVS, EnvSpec
 from machinery import dist, lora
 from machinery.logprobs import LogprobForward
@@ -92,8 +92,8 @@ class Config(AgentConfig):
     """padded tokens per forward/backward at most (train.py's micro_batches); 0: no limit"""
     gradient_checkpointing: bool = False
     """recompute each layer's activations in backward (less memory, ~1/3 more compute)"""
-    mixed_precision: str = flag("no", choices=("no", "fp16", "bf16"))
-    """Accelerate mixed precision: no, fp16, bf16"""
+    mixed_precision: str = flag("auto", choices=("auto", "no", "fp16", "bf16"))
+    """Accelerate mixed precision: no, fp16, bf16; auto: train.py's (config.resolve_precision)"""
     lora_rank: int = flag(0, at_least=0)
     """train rank-R LoRA adapters (machinery/lora.py) instead of all weights; 0: off"""
     lora_alpha: float = flag(0.0, at_least=0.0)
@@ -290,6 +290,7 @@ def sft(cfg: Config) -> dict:
     spec = ENVS[cfg.env]
     device = resolve_device(cfg.device)
     set_threads(cfg, device)
+    cfg.mixed_precision = resolve_precision(cfg.mixed_precision, cfg.model, device)
     accelerator = Accelerator(mixed_precision=cfg.mixed_precision, cpu=device == "cpu")
     main = accelerator.is_main_process
     if cfg.batch_size < dist.world():

@@ -56,7 +56,16 @@ from agent import Policy, rollout
 from algorithm import Algorithm, dynamic_sampling, load_state, mask_truncated, save_state
 from batch import Batch, make_batch, micro_batches, token_logprobs
 from benchmarks.binding_probe import binding, collect_states, probe_tasks
-from config import AgentConfig, check_split, flag, load_agent, parse, resolve_device, set_threads
+from config import (
+    AgentConfig,
+    check_split,
+    flag,
+    load_agent,
+    parse,
+    resolve_device,
+    resolve_precision,
+    set_threads,
+)
 from envs import ENVS, EnvPool, EnvSpec, close_pool, open_pool, server_url
 from eval import evaluate, write_trajectories
 from machinery import dist, lora, signals
@@ -182,9 +191,10 @@ class Config(AgentConfig):
     """write every Nth step's rollouts to <out>/rollouts/step_N.jsonl, to watch them in view.py (0: never)"""
     resume: str = flag("", check=lambda path: check_checkpoint(path))
     """checkpoint folder to continue from (model, optimizer, algorithm state, step, RNG)"""
-    mixed_precision: str = flag("no", choices=("no", "fp16", "bf16"))
+    mixed_precision: str = flag("auto", choices=("auto", "no", "fp16", "bf16"))
     """no, fp16, bf16: autocast at rollout, evaluation and update alike (the trained weights stay float32;
-    docs/gpu.md, "Precision")"""
+    docs/gpu.md, "Precision"); auto: bf16 for a real model where the hardware has fast bf16, else no
+    (config.resolve_precision)"""
     generation_batch_size: int = flag(256, at_least=1)
     """episodes that generate at once at rollout and evaluation (their prefill's memory); the rest wait"""
     micro_batch_size: int = flag(0, at_least=0)
@@ -395,6 +405,7 @@ def setup(cfg: Config) -> Run:
     )
     device = resolve_device(cfg.device)
     set_threads(cfg, device)
+    cfg.mixed_precision = resolve_precision(cfg.mixed_precision, cfg.model, device)
     accelerator = Accelerator(mixed_precision=cfg.mixed_precision, cpu=device == "cpu")
     url = server_url(cfg.url, dist.rank())  # a dead --url is a clear error before anything else runs
     os.makedirs(cfg.out, exist_ok=True)
@@ -629,6 +640,17 @@ def recompute_old_logprobs(run: Run, batch: Batch, tm=None) -> dict:
     return {"charts/sampling_logprob_gap": gap / max(dist.global_sum(float(batch.loss_mask.sum())), 1.0)}
 
 
+def pi_old_from_update(cfg: Config, n_trajs: int) -> bool:
+    """Whether, under --mixed-precision, the update's own forward can stand for the recomputed pi_old
+    (`recompute_old_logprobs`), saving that whole pass: when the update is one minibatch in one epoch,
+    its forward runs on the weights the rollout sampled from, on the same rows in the same micro-
+    batches, before any optimizer step, so it is what the separate pass would compute; and nothing
+    reads pi_old before the update (no KL term: REINFORCE++ puts it in the reward).
+    `accumulate_gradients` then takes pi_old from its forward (tests/test_precision.py)."""
+    single = cfg.epochs == 1 and dist.global_sum(n_trajs) <= cfg.minibatch_size
+    return cfg.mixed_precision != "no" and single and not cfg.kl_coef
+
+
 def usable(trajs: list, step: int) -> list:
     """The episodes the update may learn from: those that did not end in an environment error.
     Such an episode's reward 0 says nothing about the policy (the server crashed or timed out);
@@ -669,7 +691,7 @@ def prepare_batch(run: Run, batch: Batch, trajs: list, tm=None) -> dict:
     if cfg.overlong_filter:
         cut = [t.truncated > 0 for t in trajs]
         stats["charts/overlong_masked"] = dist.global_sum(mask_truncated(batch, cut))
-    if cfg.mixed_precision != "no":
+    if cfg.mixed_precision != "no" and not pi_old_from_update(cfg, len(trajs)):
         stats.update(recompute_old_logprobs(run, batch, tm))
     if cfg.kl_coef:
         with (
@@ -801,13 +823,15 @@ def update(forward, batch, n_trajs: int, algo, cfg, state, accelerator, trained,
         None  # the first minibatch's |log ratio| (mean, max): 0 up to rounding, or pi_old is not the policy's
     )
     skipped = 0  # optimizer steps skipped for a non-finite loss or gradient
+    from_forward = pi_old_from_update(cfg, n_trajs)  # pi_old: the first forward (no separate pass)
     for _ in range(cfg.epochs):
         for part in torch.randperm(n_trajs).tensor_split(n_minibatches):
             rows = torch.isin(batch.traj, part).nonzero().squeeze(-1)
             for _, opt in trained:
                 opt.zero_grad()
             with timed(tm, "forward_backward"):
-                st = accumulate_gradients(forward, batch.select(rows), algo, cfg, state, accelerator, filler)
+                mb = batch.select(rows)
+                st = accumulate_gradients(forward, mb, algo, cfg, state, accelerator, filler, from_forward)
             with timed(tm, "optimizer"):
                 # the policy, then the algorithm's own model; the norms are global (the same on every process)
                 norms = [
@@ -833,7 +857,7 @@ def update(forward, batch, n_trajs: int, algo, cfg, state, accelerator, trained,
     }
 
 
-def accumulate_gradients(forward, mb, algo, cfg, state, accelerator, filler=None) -> dict:
+def accumulate_gradients(forward, mb, algo, cfg, state, accelerator, filler=None, pi_old_from_forward=False):
     """Backward of the algorithm's loss on minibatch `mb`, one micro-batch at a time. `forward`:
     the policy, or its `logprobs.LogprobForward` as Accelerate prepared it (DDP, FSDP).
 
@@ -847,7 +871,9 @@ def accumulate_gradients(forward, mb, algo, cfg, state, accelerator, filler=None
     over the global minibatch however unequally the tokens fall (tests/test_distributed.py). Every
     process runs the same number of passes (DDP and FSDP communicate in each): one with fewer
     micro-batches repeats `filler` (default: its last micro-batch) at weight 0, and only the last
-    pass averages the gradients (no_sync before). Returns the global minibatch's stats."""
+    pass averages the gradients (no_sync before). `pi_old_from_forward` (`pi_old_from_update`): each
+    micro-batch's pi_old is its own forward's log-probs, detached (every ratio 1, as after a
+    recompute); the gap to the sampled ones is logged. Returns the global minibatch's stats."""
     n = dist.global_sum(float(mb.loss_mask.sum()))
     micros = (
         [m for _, m in micro_batches(mb, cfg.micro_batch_size, cfg.micro_batch_tokens)] if len(mb) else []
@@ -862,11 +888,17 @@ def accumulate_gradients(forward, mb, algo, cfg, state, accelerator, filler=None
             if i < len(passes) - 1:  # accumulate locally; the last backward averages over the processes
                 for model in models:
                     no_sync.enter_context(accelerator.no_sync(model))
+            sampled = {}  # |sampled - pi_old| per agent token, when pi_old is this forward's
             with accelerator.autocast():
                 logp, ent = token_logprobs(forward, micro, cfg.temperature, with_entropy=True)
+                if pi_old_from_forward:
+                    m = micro.loss_mask.to(logp.device)
+                    gap = (micro.old_logprobs.to(logp.device) - logp.detach()).abs() * m
+                    sampled = {"charts/sampling_logprob_gap": float(gap.sum() / m.sum().clamp(min=1))}
+                    micro.old_logprobs = logp.detach().float()
                 loss, st = algo.loss(logp, ent, micro, cfg, state)
             accelerator.backward(loss * w * dist.world())
-        for k, v in {**st, "losses/loss": loss.item()}.items():
+        for k, v in {**st, **sampled, "losses/loss": loss.item()}.items():
             stats[k] = stats.get(k, 0.0) + w * v
         agent = micro.loss_mask.to(logp.device) > 0
         gap = (logp.detach() - micro.old_logprobs.to(logp.device))[agent].abs()  # |log ratio| per agent token

@@ -45,7 +45,8 @@ class DecodeConfig(AgentConfig):
     repeats: int = 3
     """interleaved repeats of each way"""
     ways: str = "plain,fast,bf16"
-    """comma-separated: plain (DynamicCache as is), fast (cache reserved), bf16 (fast, on a bf16 copy)"""
+    """comma-separated: plain (DynamicCache as is), fast (cache reserved), merged (fast, on a float32 copy
+    with LoRA merged in), bf16 (fast, on a bf16 copy)"""
     profile: int = 0
     """1: also print torch.profiler's top operators of the last way"""
 
@@ -66,7 +67,7 @@ def run(policy, cfg, way: str, prof=None) -> float:
     # one prompt for every row (as a GRPO group's first turn): prefill encodes it once and copies
     # its cache rows, and the decode steps cost what they cost for different prompts
     news = [torch.randint(0, V, (cfg.cached,), generator=g).tolist()] * cfg.rows
-    policy.generation_dtype = "bfloat16" if way == "bf16" else ""
+    policy.generation_dtype = {"bf16": "bfloat16", "merged": "float32"}.get(way, "")
     model = agent.generation_model(policy)
     with torch.no_grad():
         _, state = prefill(model, news, [0] * cfg.rows, None, 0, "cpu")

@@ -1,4 +1,5 @@
-"""Shared test fixtures: environment servers started as real subprocesses on loopback."""
+"""Shared test fixtures: environment servers started as real subprocesses on loopback, the tiny
+policy, a fresh Accelerate state."""
 
 import os
 import sys
@@ -23,6 +24,17 @@ def start_server():
     yield start
     for server in started:
         server.stop()
+
+
+@pytest.fixture
+def fresh_accelerate():
+    """Accelerate keeps one state per process: a bf16 run after a float32 one in the same test
+    process needs it reset (a real run is its own process)."""
+    from accelerate.state import AcceleratorState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    yield
+    AcceleratorState._reset_state(reset_partial_state=True)
 
 
 @pytest.fixture(scope="session")

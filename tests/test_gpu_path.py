@@ -12,17 +12,6 @@ from train import Config, rng_state, set_rng_state, train
 
 
 @pytest.fixture
-def fresh_accelerate():
-    """Accelerate keeps one state per process: a bf16 run after a float32 one in the same test
-    process needs it reset (a real run is its own process)."""
-    from accelerate.state import AcceleratorState
-
-    AcceleratorState._reset_state(reset_partial_state=True)
-    yield
-    AcceleratorState._reset_state(reset_partial_state=True)
-
-
-@pytest.fixture
 def batch_sizes(monkeypatch):
     """The number of episodes of every generate() call."""
     seen = []

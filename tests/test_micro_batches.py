@@ -10,7 +10,9 @@ from accelerate import Accelerator
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from batch import Batch
-from train import ALGOS, Config, accumulate_gradients, micro_batches, reference_logprobs
+from train import ALGOS, Config, accumulate_gradients, micro_batches, pi_old_from_update, reference_logprobs
+
+BF16 = {"mixed_precision": "bf16", "kl_coef": 0.0}
 
 V = 120
 
@@ -95,6 +97,38 @@ def test_micro_batched_gradients_equal_the_whole_minibatch(algo, masked):
         for k in ("losses/loss", "losses/policy_loss", "losses/kl", "losses/entropy"):
             if k in whole_stats:
                 assert abs(stats[k] - whole_stats[k]) < 1e-5, k
+
+
+@pytest.mark.parametrize("micro", [0, 2])
+def test_pi_old_taken_from_the_update_forward_equals_a_recomputed_pi_old(fresh_accelerate, micro):
+    """Under bf16 autocast, one minibatch in one epoch (train.pi_old_from_update): the gradients and
+    the loss with pi_old taken from each micro-batch's own forward equal those after the separate
+    recompute the update replaces (train.reference_logprobs); the sampled log-probs' gap to it is
+    logged. The recompute matters: with the sampled log-probs as pi_old the loss differs."""
+    cfg = Config(micro_batch_size=micro, minibatch_size=5, **BF16)
+    assert pi_old_from_update(cfg, n_trajs=5)
+    for other in ({"epochs": 2}, {"minibatch_size": 4}, {"kl_coef": 0.1}, {"mixed_precision": "no"}):
+        assert not pi_old_from_update(Config(**{"minibatch_size": 5, **BF16, **other}), 5), other
+    accelerator, algo = Accelerator(cpu=True, mixed_precision="bf16"), ALGOS["grpo"]
+
+    def step(how: str):
+        model, batch = small_model(), small_batch(False)
+        algo.advantages(batch, cfg, None)
+        if how == "recomputed":
+            with accelerator.autocast():
+                batch.old_logprobs = reference_logprobs(model, batch, cfg)
+        stats = accumulate_gradients(
+            model, batch, algo, cfg, None, accelerator, pi_old_from_forward=how == "forward"
+        )
+        return [p.grad.clone() for p in model.parameters() if p.grad is not None], stats
+
+    (recomputed, st_r), (forward, st_f), (_, st_s) = step("recomputed"), step("forward"), step("sampled")
+    for a, b in zip(recomputed, forward, strict=True):
+        torch.testing.assert_close(a, b)
+    assert st_f["losses/loss"] == pytest.approx(st_r["losses/loss"], abs=1e-6)
+    assert st_f["losses/abs_log_ratio"] == 0 == st_r["losses/abs_log_ratio"]
+    assert st_f["charts/sampling_logprob_gap"] > 0.1  # small_batch's sampled log-probs are made up
+    assert abs(st_s["losses/loss"] - st_r["losses/loss"]) > 1e-3
 
 
 def test_micro_batches_cover_every_row_once_and_drop_only_padding():

@@ -19,17 +19,6 @@ FP32_TOL = 2e-4  # what tests/test_agent.py holds the float32 rollout to
 BF16_TOL = 0.1  # max per token, small models: 8 bits of mantissa; cached decoding and a full forward differ
 
 
-@pytest.fixture
-def fresh_accelerate():
-    """Accelerate keeps one state per process: a bf16 run after a float32 one in the same test
-    process needs it reset (a real run is its own process)."""
-    from accelerate.state import AcceleratorState
-
-    AcceleratorState._reset_state(reset_partial_state=True)
-    yield
-    AcceleratorState._reset_state(reset_partial_state=True)
-
-
 def tiny_policy(path):
     policy = tiny.load(path, "babyai")
     policy.context_turns, policy.mask_actions, policy.max_new_tokens = 0, False, 6
