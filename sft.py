@@ -5,6 +5,7 @@
     python eval.py --model runs/sft_babyai/checkpoint --env babyai --mask-actions off --context-turns 0
     python train.py --model runs/sft_babyai/checkpoint --env babyai ...   # RL on top (issue 27)
     python sft.py --env babyai --valid runs/eval/trajectories.jsonl        # share of valid-action replies
+    python sft.py --env babyai --relabel runs/eval/trajectories.jsonl --out runs/dagger   # DAgger's labels
 
 Where it sits: before `train.py`. AgentGym trains its agents on expert conversations (`bc_trainer.py`,
 AgentTraj) before RL; a pretrained chat model that has never seen an environment writes almost no
@@ -26,6 +27,11 @@ maximises their likelihood:
                    or all weights. Writes <out>/checkpoint (a plain Hugging Face folder that
                    `train.py --model` and `eval.py --model` load like any other), <out>/metrics.jsonl
                    and <out>/loss.png.
+    relabel        DAgger: a policy's own episodes replayed with the expert asked at every state
+                   they reached; `relabelled` turns each state where the policy left the expert into
+                   a demonstration whose context is the policy's episode and whose only trained
+                   reply is the expert's (what to do after its own mistakes, which expert episodes
+                   never show).
 
 The objective (behaviour cloning = maximum likelihood of the expert's tokens; AgentGym's
 bc_trainer.py, the loss on the "gpt" turns and their end-of-turn token), a token-mean over the
@@ -57,7 +63,7 @@ from agent import LastTurns, Policy, Trajectory, WholeConversation, action_trie
 from algorithm import Algorithm, masked_mean
 from batch import Row, make_batch
 from config import AgentConfig, flag, load_agent, parse, resolve_device, resolve_precision, set_threads
-from envs import ENVS, EnvSpec
+from envs import ENVS, EnvSpec, close_pool, open_pool
 from machinery import dist, lora
 from machinery.logprobs import LogprobForward
 
@@ -104,6 +110,10 @@ class Config(AgentConfig):
     """output folder: checkpoint/, metrics.jsonl, loss.png, summary.json"""
     valid: str = ""
     """instead of training: print the share of replies with a valid action in these trajectories.jsonl"""
+    relabel: str = ""
+    """instead of training: replay a policy's episodes (eval.py's trajectories.jsonl) and write them to
+    <out>/trajectories.jsonl with the expert's reply at every state they reached (DAgger's labels;
+    --data then trains on them)"""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -119,6 +129,7 @@ class Demo:
     turns: list[tuple[str, str]]  # (observation, reply) per agent turn, in order
     actions: list[str]  # the action each reply sent to the environment
     success: bool | None = None  # the episode's outcome (None: not recorded, AgentTraj)
+    learn: list[bool] | None = None  # which replies carry the loss (None: all); the rest are context
 
 
 def from_episode(rec: dict) -> Demo:
@@ -132,6 +143,30 @@ def from_episode(rec: dict) -> Demo:
         actions=list(rec["actions"])[: len(turns)],
         success=bool(rec.get("success")),
     )
+
+
+def relabelled(rec: dict, parse_action) -> list[Demo]:
+    """DAgger's demonstrations from a policy's episode that `relabel` annotated: every state the
+    policy reached, with the expert's action there as the target. Where the policy's action was the
+    expert's, its own reply is the target; at each state where it differed, a demonstration ends:
+    the episode as it went up to that state (the policy's own replies as context) and the expert's
+    reply there. Each state is trained once: a demonstration trains the states since the previous
+    one's end. The policy's states, the expert's actions: what it does after its own mistakes,
+    which expert episodes never show, without losing the states where it was right."""
+    demo = from_episode(rec)
+    labels = rec["expert"][: len(demo.turns)]
+    out, learn = [], [False] * len(labels)
+    for k, label in enumerate(labels):
+        if parse_action(label).strip().lower() == demo.actions[k].strip().lower():
+            learn[k] = True
+            continue
+        turns = demo.turns[:k] + [(demo.turns[k][0], label)]
+        actions = demo.actions[:k] + [parse_action(label)]
+        out.append(Demo(f"{demo.name} turn {k}", turns, actions, None, learn[:k] + [True]))
+        learn = [False] * len(labels)
+    if any(learn):  # right after the last mistake (or never wrong): the episode itself
+        out.append(Demo(demo.name, demo.turns[: len(labels)], demo.actions[: len(labels)], None, learn))
+    return out
 
 
 def from_agenttraj(item: dict, parse_action) -> Demo:
@@ -163,7 +198,8 @@ def read_records(path: str) -> list[dict]:
 
 
 def load_demos(paths: str, parse_action, only_success: bool = True) -> list[Demo]:
-    """Demonstrations from files or globs (comma-separated), each record in either format.
+    """Demonstrations from files or globs (comma-separated), each record in either format; a
+    record `relabel` annotated gives its DAgger demonstrations (`relabelled`), whatever its outcome.
     `parse_action`: the environment's parser (envs.EnvSpec.parse_action), for AgentTraj replies."""
     files = [f for p in paths.split(",") if p for f in sorted(glob.glob(p)) or [p]]
     demos = []
@@ -171,6 +207,8 @@ def load_demos(paths: str, parse_action, only_success: bool = True) -> list[Demo
         for rec in read_records(file):
             if "conversations" in rec:
                 demos.append(from_agenttraj(rec, parse_action))
+            elif "expert" in rec:
+                demos += relabelled(rec, parse_action)
             elif not only_success or rec.get("success"):
                 demos.append(from_episode(rec))
     return demos
@@ -225,7 +263,14 @@ def demo_rows(policy: Policy, spec: EnvSpec, demo: Demo) -> list[Row]:
         tr.messages.append({"role": "assistant", "content": reply})
         if k + 1 < len(demo.turns):  # the rollout adds no observation after the last reply either
             memory.add_observation(ids, demo.turns[k + 1][0])
-    return memory.rows()
+    rows = memory.rows()
+    if demo.learn is not None:  # replies that are context only: their span's mask back to 0
+        spans = [(r, t) for r in rows for t in range(len(r.mask)) if r.mask[t] and not (t and r.mask[t - 1])]
+        for (row, start), learn in zip(spans, demo.learn, strict=True):
+            t = start
+            while not learn and t < len(row.mask) and row.mask[t]:
+                row.mask[t], t = 0, t + 1
+    return rows
 
 
 def _allowed_ids(trie: dict, ids: list[int]) -> dict[int, list[int]]:
@@ -437,8 +482,67 @@ def valid_replies(records: list[dict], env: str) -> tuple[int, int]:
     return ok, n
 
 
+# ---------------------------------------------------------------------------------------------
+# DAgger: the expert's labels on the policy's own states
+# ---------------------------------------------------------------------------------------------
+
+
+def relabel(records: list[dict], env: str, url: str = "", parallel: int = 16) -> tuple[list[dict], int]:
+    """DAgger's relabelling (Ross, Gordon and Bagnell, 2011): each of a policy's episodes replayed
+    on a fresh instance of its task, the expert (POST /expert) asked at every state the policy
+    reached, before the policy's own action is taken again. The environments are deterministic per
+    task, so the replay sees what the policy saw; it is checked: where an observation differs from
+    the recorded one, that episode's labels stop. Returns the records, each with `expert` (the
+    expert's reply per turn, in the environment's format), and how many replays diverged."""
+    spec, records = ENVS[env], [dict(r) for r in records]
+    pool = open_pool(env, size=min(len(records), parallel), url=url)
+    diverged = 0
+    try:
+        for start in tqdm(range(0, len(records), len(pool)), desc=f"relabel {env}"):
+            chunk = records[start : start + len(pool)]
+            slots = list(range(len(chunk)))
+            live = []
+            for i, (rec, r) in enumerate(zip(chunk, pool.reset(slots, [rec["task"] for rec in chunk]))):
+                rec["expert"] = []
+                if not r.get("error") and r["observation"] == rec["observations"][0]:
+                    live.append(i)
+                diverged += not r.get("error") and r["observation"] != rec["observations"][0]
+            for k in range(max((len(r["actions"]) for r in chunk), default=0)):
+                advice = pool.expert(live)
+                for i, a in zip(live, advice):
+                    if not a.get("error"):  # (a failed /expert ends that episode's labels)
+                        chunk[i]["expert"].append(spec.write_reply(a.get("thought", ""), a["action"]))
+                live = [
+                    i for i, a in zip(live, advice) if not a.get("error") and k + 1 < len(chunk[i]["actions"])
+                ]
+                results = pool.step(live, [chunk[i]["actions"][k] for i in live])
+                same = [
+                    r.get("observation") == chunk[i]["observations"][k + 1] for i, r in zip(live, results)
+                ]
+                diverged += sum(not x for x in same)
+                live = [i for i, x in zip(live, same) if x]
+    finally:
+        close_pool(pool)
+    return records, diverged
+
+
 def main(argv=None):
     cfg = parse(Config, argv, description=__doc__.split("\n")[0])
+    if cfg.relabel:
+        records, diverged = relabel(
+            [r for p in cfg.relabel.split(",") for r in read_records(p)], cfg.env, cfg.url
+        )
+        os.makedirs(cfg.out, exist_ok=True)
+        with open(os.path.join(cfg.out, "trajectories.jsonl"), "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in records)
+        demos = [d for r in records for d in relabelled(r, ENVS[cfg.env].parse_action)]
+        states, wrong = sum(sum(d.learn) for d in demos), sum(d.name.count(" turn ") for d in demos)
+        print(
+            f"relabelled {len(records)} episodes ({diverged} replays diverged): {states} states, "
+            f"{wrong} where the policy left the expert, in {len(demos)} demonstrations "
+            f"-> {os.path.join(cfg.out, 'trajectories.jsonl')}"
+        )
+        return len(demos)
     if cfg.valid:
         records = [r for p in cfg.valid.split(",") for r in read_records(p)]
         ok, n = valid_replies(records, cfg.env)

@@ -646,7 +646,7 @@ def pi_old_from_update(cfg: Config, n_trajs: int) -> bool:
     its forward runs on the weights the rollout sampled from, on the same rows in the same micro-
     batches, before any optimizer step, so it is what the separate pass would compute; and nothing
     reads pi_old before the update (no KL term: REINFORCE++ puts it in the reward).
-    `accumulate_gradients` then takes pi_old from its forward (tests/test_precision.py)."""
+    `accumulate_gradients` then takes pi_old from its forward (tests/test_micro_batches.py)."""
     single = cfg.epochs == 1 and dist.global_sum(n_trajs) <= cfg.minibatch_size
     return cfg.mixed_precision != "no" and single and not cfg.kl_coef
 

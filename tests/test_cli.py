@@ -45,7 +45,7 @@ TRAIN_BAD = [
     (["--rounds", "3,0"], "expected comma-separated integers, each at least 1"),
     (["--rounds", ""], "expected comma-separated integers"),
     (["--schedule", "linear"], "choose one of staged, adaptive"),
-    (["--mixed-precision", "fp8"], "choose one of no, fp16, bf16"),
+    (["--mixed-precision", "fp8"], "choose one of auto, no, fp16, bf16"),
     (["--device", "tpu"], "choose one of auto, cpu, cuda"),
     (["--anchor-normaliser", "x"], "choose one of exact, whitespace, babyai"),
     (["--url", "localhost:36001"], "http:// or https://"),

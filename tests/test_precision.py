@@ -141,17 +141,20 @@ def test_dropout_is_off_so_train_mode_scores_like_eval_mode():
         torch.testing.assert_close(agent_logprobs(model, ids, attn, rows, cols)[0], ref)
 
 
+@pytest.mark.parametrize("epochs", [1, 2])
 def test_a_bf16_run_recomputes_pi_old_and_its_first_minibatch_is_on_policy(
-    fresh_accelerate, tmp_path, capsys
+    fresh_accelerate, tmp_path, capsys, epochs
 ):
     """train.py --mixed-precision bf16: the sampled log-probs differ from the update's by bf16
-    rounding (logged as charts/sampling_logprob_gap), pi_old is the training forward's, and before
-    the first optimizer step every ratio is 1 (charts/on_policy_gap: mean |log ratio|, 0 here,
-    within train.ON_POLICY_TOL on the mean), printed for the user."""
+    rounding (logged as charts/sampling_logprob_gap), pi_old is the training forward's (one epoch:
+    the update's own, train.pi_old_from_update; two: a separate pass), and before the first
+    optimizer step every ratio is 1 (charts/on_policy_gap: mean |log ratio|, 0 here, within
+    train.ON_POLICY_TOL on the mean), printed for the user."""
     from train import ON_POLICY_TOL, Config, train
 
     train(
         Config(
+            epochs=epochs,
             steps=1,
             tasks_per_step=2,
             group_size=2,
@@ -185,3 +188,22 @@ def test_the_lm_head_runs_in_float32_under_bf16_autocast(tiny_path):
         torch.testing.assert_close(policy.model(input_ids=ids).logits, plain)
         with torch.autocast("cpu", dtype=torch.bfloat16):
             assert policy.model(input_ids=ids).logits.dtype == torch.float32
+
+
+def test_mixed_precision_auto_is_bf16_for_a_real_model_where_bf16_is_fast(tiny_path, tmp_path, monkeypatch):
+    """--mixed-precision auto (config.resolve_precision): bf16 for a real model on a CPU with bf16
+    matrix instructions, no without them and always no for the tiny policy (name, folder, or LoRA
+    adapters on it); a value given is kept."""
+    import config
+
+    monkeypatch.setattr(config, "cpu_has_fast_bf16", lambda: True)
+    assert config.resolve_precision("auto", "smollm2", "cpu") == "bf16"
+    adapters = tmp_path / "adapters"  # what machinery/lora.py reads of an adapter folder
+    adapters.mkdir()
+    (adapters / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": tiny_path}))
+    for name in ("tiny", tiny_path, str(adapters)):
+        assert config.resolve_precision("auto", name, "cpu") == "no", name
+    assert config.resolve_precision("no", "smollm2", "cpu") == "no"
+    monkeypatch.setattr(config, "cpu_has_fast_bf16", lambda: False)
+    assert config.resolve_precision("auto", "smollm2", "cpu") == "no"
+    assert config.resolve_precision("bf16", "tiny", "cpu") == "bf16"

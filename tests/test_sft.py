@@ -365,6 +365,73 @@ def test_valid_replies_counts_the_servers_invalid_answers():
     assert sft.valid_replies(crafts, "textcraft") == (1, 4)
 
 
+# --- DAgger: the expert's labels on the policy's own states -----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def strayed(start_server):
+    """A BabyAI episode as eval.py records a policy's: an action the level does not have, then two
+    turns; and the server it ran on."""
+    server = start_server("servers.babyai")
+    task, actions = SPEC.splits["test"][0], ["go to the moon", "turn left", "turn left"]
+    p = EnvPool(url=server.url, size=1)
+    observations = [p.reset([0], [task])[0]["observation"]]
+    observations += [p.step([0], [a])[0]["observation"] for a in actions]
+    p.close()
+    conversation = [{"role": "system", "content": SPEC.instruction}]
+    for o, a in zip(observations, actions):
+        conversation += [
+            {"role": "user", "content": o},
+            {"role": "assistant", "content": f"Thought: I go.\nAction: {a}"},
+        ]
+    rec = {"task": task, "success": False, "actions": actions, "observations": observations}
+    return {**rec, "conversation": conversation}, server.url
+
+
+def test_relabel_asks_the_expert_at_every_state_the_policy_reached(strayed):
+    """sft.relabel replays the episode on a fresh instance and records the expert's reply at each of
+    its states: each an action available there (the one after the mistake too); a replay whose
+    observations differ from the recorded ones stops labelling where they part."""
+    rec, url = strayed
+    (out,), diverged = sft.relabel([rec], "babyai", url=url)
+    assert diverged == 0 and len(out["expert"]) == 3
+    for observation, label in zip(rec["observations"], out["expert"]):
+        assert SPEC.parse_action(label) in SPEC.actions_from_text(observation, None)
+    assert "is not an available action" in rec["observations"][1]
+    changed = {**rec, "observations": rec["observations"][:2] + ["something else"] + rec["observations"][3:]}
+    (out,), diverged = sft.relabel([changed], "babyai", url=url)
+    assert diverged == 1 and len(out["expert"]) == 2
+
+
+@pytest.mark.parametrize("context_turns", [0, 2])
+def test_relabelled_demonstrations_train_every_state_once_on_the_experts_action(
+    tiny_path, strayed, context_turns
+):
+    """DAgger's demonstrations (sft.relabelled): every state the policy reached is trained exactly
+    once, on the expert's action: the policy's own reply where it was the expert's, else the
+    expert's reply, which ends a demonstration whose context is the episode as it went. Only those
+    replies are masked in the rollout's own rows."""
+    rec, url = strayed
+    (out,), _ = sft.relabel([rec], "babyai", url=url)
+    demos = sft.relabelled(out, SPEC.parse_action)
+    replies = [m["content"] for m in rec["conversation"] if m["role"] == "assistant"]
+    differ = [k for k, e in enumerate(out["expert"]) if SPEC.parse_action(e) != rec["actions"][k]]
+    assert 0 in differ  # "go to the moon" is no expert's action
+    trained = []  # (state, reply) over all demonstrations
+    for d in demos:
+        assert [r for _, r in d.turns[:-1]] == replies[: len(d.turns) - 1]  # the episode as it went
+        trained += [(k, r) for k, ((_, r), learn) in enumerate(zip(d.turns, d.learn)) if learn]
+    assert sorted(k for k, _ in trained) == list(range(len(out["expert"])))
+    for k, reply in trained:
+        assert reply == (out["expert"][k] if k in differ else replies[k])
+    policy = tiny.load(tiny_path, "babyai")
+    policy.context_turns, policy.mask_actions = context_turns, False
+    for d in demos:
+        rows = sft.demo_rows(policy, SPEC, d)
+        masked = [policy.tokenizer.decode(r.ids[a:b]) for r in rows for a, b in spans(r.mask)]
+        assert masked == [r + "<|im_end|>" for (_, r), learn in zip(d.turns, d.learn) if learn]
+
+
 def test_every_flag_is_a_documented_field():
     from config import field_docs
 

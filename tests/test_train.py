@@ -7,6 +7,8 @@ import psutil
 import pytest
 import torch
 
+import config
+from config import AgentConfig, set_threads
 from scaling_inter import Schedule, fixed, staged
 from train import Config, parse_args, train
 
@@ -66,8 +68,11 @@ def test_a_short_training_run_completes_and_leaves_no_server(tmp_path):
     before = servers_running()
     profile = []
     summary = train(small(tmp_path), profile=profile)
-    # --threads 0 on a CPU: one torch thread (config.set_threads)
+    # --threads 0 on a CPU: one torch thread for the tiny policy, every core for a real model
     assert torch.get_num_threads() == 1
+    cores = set_threads(AgentConfig(model="smollm2", threads=0), "cpu")
+    assert cores == config._DEFAULT_THREADS[0] and set_threads(AgentConfig(threads=3), "cpu") == 3
+    set_threads(AgentConfig(), "cpu")
     # the profile: one dict per step, its sections inside the step
     assert [p["step"] for p in profile] == [1, 2]
     assert all(p["rollout"] + p["forward_backward"] + p["optimizer"] <= p["total"] for p in profile)
