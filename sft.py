@@ -28,10 +28,9 @@ maximises their likelihood:
                    `train.py --model` and `eval.py --model` load like any other), <out>/metrics.jsonl
                    and <out>/loss.png.
     relabel        DAgger: a policy's own episodes replayed with the expert asked at every state
-                   they reached; `relabelled` turns each state where the policy left the expert into
-                   a demonstration whose context is the policy's episode and whose only trained
-                   reply is the expert's (what to do after its own mistakes, which expert episodes
-                   never show).
+                   they reached; `relabelled` trains each of those states once on the expert's
+                   action, in the context of the policy's own episode (what to do after its own
+                   mistakes, which expert episodes never show).
 
 The objective (behaviour cloning = maximum likelihood of the expert's tokens; AgentGym's
 bc_trainer.py, the loss on the "gpt" turns and their end-of-turn token), a token-mean over the
@@ -495,6 +494,8 @@ def relabel(records: list[dict], env: str, url: str = "", parallel: int = 16) ->
     the recorded one, that episode's labels stop. Returns the records, each with `expert` (the
     expert's reply per turn, in the environment's format), and how many replays diverged."""
     spec, records = ENVS[env], [dict(r) for r in records]
+    if not records:
+        return [], 0
     pool = open_pool(env, size=min(len(records), parallel), url=url)
     diverged = 0
     try:
