@@ -505,9 +505,12 @@ def relabel(records: list[dict], env: str, url: str = "", parallel: int = 16) ->
             live = []
             for i, (rec, r) in enumerate(zip(chunk, pool.reset(slots, [rec["task"] for rec in chunk]))):
                 rec["expert"] = []
-                if not r.get("error") and r["observation"] == rec["observations"][0]:
+                if r.get("error"):
+                    continue
+                if r["observation"] == rec["observations"][0]:
                     live.append(i)
-                diverged += not r.get("error") and r["observation"] != rec["observations"][0]
+                else:
+                    diverged += 1
             for k in range(max((len(r["actions"]) for r in chunk), default=0)):
                 advice = pool.expert(live)
                 for i, a in zip(live, advice):
