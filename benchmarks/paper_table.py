@@ -1,0 +1,227 @@
+"""The paper's main table at 135M on a CPU: per environment, expert -> base SmolLM2 -> behaviour
+cloning (SFT, plus one DAgger round where it helps the format) -> GRPO on top, in the paper's
+setting (free generation, AgentGym's parser, the whole conversation). docs/paper-table.md holds the
+measured table and what it says.
+
+One command per row; each stage is one of the project's own commands, printed before it runs, and
+skipped when its output exists (an interrupted recipe continues where it stopped):
+
+    python benchmarks/paper_table.py --env babyai                 # demos, base, SFT, DAgger, RL x 2 seeds
+    python benchmarks/paper_table.py --env searchqa --seeds 0     # one seed
+    python benchmarks/paper_table.py --table                      # the table from what is in --root
+
+Stages (under --root/<env>/): demos/ (the expert on the train split, eval.py --expert on),
+base/ (SmolLM2 before anything), sft/ (sft.py on the first N successful demonstrations),
+dagger_policy/ + dagger/ + sft2/ (one DAgger round: the SFT policy's own train episodes, relabelled
+by the expert, then one more epoch; RECIPES[env]["dagger"]), rl_s<seed>/ (train.py from the last SFT
+checkpoint; its eval_before is the SFT row, its eval_after the RL row, on the same test tasks).
+Each stage's wall time goes to times.json.
+"""
+
+import argparse
+import json
+import math
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+FREE = "--mask-actions off --context-turns 0 --max-new-tokens 64"
+
+# per environment: expert episodes written, demonstrations trained on, test tasks evaluated, the
+# RL horizon (--rounds: one value fixed, several ScalingInter-RL's stages of 4 steps each), whether
+# a DAgger round runs, the expert's episodes in flight (each a JVM or a browser), and the splits
+# (SciWorld's whole tasks need 20-30 gold actions: its row is the easier slice of its four find-*
+# tasks, envs.py's find-train / find-test)
+RECIPES = {
+    "babyai": dict(expert=80, demos=64, test=30, rounds="5", dagger=True),
+    "textcraft": dict(expert=80, demos=64, test=20, rounds="5", dagger=True),
+    "searchqa": dict(expert=80, demos=64, test=20, rounds="5", dagger=False),
+    "webarena": dict(expert=28, demos=28, test=7, rounds="5", dagger=False, parallel=4),
+    "sciworld": dict(
+        expert=80,
+        demos=64,
+        test=20,
+        rounds="5,10",
+        dagger=False,
+        parallel=4,
+        train="find-train",
+        split="find-test",
+    ),
+}
+
+# AgentGym-RL's Qwen2.5-7B, base -> after RL (the paper's main table), for orientation
+PAPER_7B = {
+    "webarena": (9.76, 26.00),
+    "searchqa": (18.75, 38.25),
+    "textcraft": (42.00, 91.00),
+    "babyai": (66.67, 96.67),
+    "sciworld": (1.50, 57.00),
+}
+NAMES = {"babyai": "BabyAI", "textcraft": "TextCraft", "searchqa": "Deep Search", "webarena": "WebArena",
+         "sciworld": "SciWorld"}  # fmt: skip
+
+
+def stage(root: str, name: str, command: str, extra=(), done: str = "") -> None:
+    """Run `python <command> <extra>` unless `done` (default <root>/<name>/summary.json) exists; log
+    to <root>/<name>.log, its wall time to <root>/times.json."""
+    if os.path.exists(done or os.path.join(root, name, "summary.json")):
+        return
+    argv = shlex.split(command) + list(extra)
+    print("$ python", shlex.join(argv), flush=True)
+    t0 = time.time()
+    with open(os.path.join(root, f"{name}.log"), "w") as log:
+        subprocess.run([sys.executable, *argv], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=True)
+    times_path = os.path.join(root, "times.json")
+    times = json.load(open(times_path)) if os.path.exists(times_path) else {}
+    times[name] = round(time.time() - t0, 1)
+    json.dump(times, open(times_path, "w"), indent=1)
+
+
+def first_successes(src: str, dst: str, n: int) -> None:
+    """The first n successful episodes of `src`: what SFT trained on, again beside DAgger's labels."""
+    kept = [line for line in open(src) if json.loads(line).get("success")][:n]
+    with open(dst, "w") as f:
+        f.writelines(kept)
+
+
+def recipe(env: str, root: str, seeds: list[int], extra: list[str]) -> None:
+    """Every stage of `env`'s row in order; `extra` (e.g. --threads 1) goes to every model command."""
+    r, d = RECIPES[env], os.path.join(root, env)
+    os.makedirs(d, exist_ok=True)
+    turns = r["rounds"].split(",")[-1]
+    train, test = r.get("train", "train"), r.get("split", "test")
+    sft = "--batch-size 8 --lr 1e-4 --mask-actions off --context-turns 0"
+    expert = f"--expert on --split {train} --limit {r['expert']} --parallel {r.get('parallel', 64)}"
+    stage(d, "demos", f"eval.py --env {env} {expert} --out {d}/demos")
+    stage(d, "base", f"eval.py --model smollm2 --env {env} --split {test} --limit {r['test']} "
+                     f"--max-turns {turns} {FREE} --out {d}/base", extra)  # fmt: skip
+    stage(d, "sft", f"sft.py --model smollm2 --env {env} --data {d}/demos/trajectories.jsonl "
+                    f"--demos {r['demos']} --epochs 3 {sft} --out {d}/sft", extra)  # fmt: skip
+    start = f"{d}/sft/checkpoint"
+    if r["dagger"]:
+        stage(d, "dagger_policy", f"eval.py --model {start} --env {env} --split {train} --limit 32 "
+                                  f"--max-turns {turns} {FREE} --out {d}/dagger_policy", extra)  # fmt: skip
+        relabel = f"sft.py --env {env} --relabel {d}/dagger_policy/trajectories.jsonl --out {d}/dagger"
+        stage(d, "dagger", relabel, done=f"{d}/dagger/trajectories.jsonl")
+        first_successes(f"{d}/demos/trajectories.jsonl", f"{d}/demos/first.jsonl", r["demos"])
+        stage(d, "sft2", f"sft.py --model {start} --env {env} --epochs 1 {sft} --out {d}/sft2 "
+                         f"--data {d}/demos/first.jsonl,{d}/dagger/trajectories.jsonl", extra)  # fmt: skip
+        start = f"{d}/sft2/checkpoint"
+    rl = (
+        f"train.py --model {start} --env {env} {FREE} --rounds {r['rounds']} --steps-per-stage 4 --steps 8 "
+        "--tasks-per-step 4 --group-size 4 --minibatch-size 16 --micro-batch-size 8 --lora-rank 16 "
+        f"--kl-coef 0 --lr 1e-4 --train-split {train} --test-split {test} --eval-episodes {r['test']}"
+    )
+    for seed in seeds:
+        stage(d, f"rl_s{seed}", f"{rl} --seed {seed} --out {d}/rl_s{seed}", extra)
+
+
+# ---------------------------------------------------------------------------------------------
+# The table
+
+
+def mean_se(xs: list[float]) -> str:
+    """'m ± se' in points (sample std / sqrt(n)); one value: just it."""
+    xs = [100 * x for x in xs]
+    if len(xs) == 1:
+        return f"{xs[0]:.1f}"
+    return f"{statistics.mean(xs):.1f} ± {statistics.stdev(xs) / math.sqrt(len(xs)):.1f}"
+
+
+def valid_share(path: str, env: str) -> tuple[int, int]:
+    from sft import read_records, valid_replies
+
+    return valid_replies(read_records(path), env) if os.path.exists(path) else (0, 0)
+
+
+def row(env: str, root: str) -> dict | None:
+    """One environment's measured figures, from what its recipe left in <root>/<env>/."""
+    d = os.path.join(root, env)
+    runs = sorted(n for n in os.listdir(d) if n.startswith("rl_s")) if os.path.isdir(d) else []
+    runs = [n for n in runs if os.path.exists(os.path.join(d, n, "summary.json"))]
+    if not runs:
+        return None
+    summaries = [json.load(open(os.path.join(d, n, "summary.json"))) for n in runs]
+    # AgentGym scores SciWorld by its score: the rewards of an episode sum to its final score / 100
+    metric = "avg_reward" if env == "sciworld" else "success_rate"
+    valid = {}
+    for when in ("eval_before", "eval_after"):
+        counts = [valid_share(os.path.join(d, n, when, "trajectories.jsonl"), env) for n in runs]
+        valid[when] = (sum(c[0] for c in counts), sum(c[1] for c in counts))
+
+    def one(sub: str) -> str:
+        """A single evaluation's figure in points, with its episodes where they are not the test's."""
+        path = os.path.join(d, sub, "summary.json")
+        if not os.path.exists(path):
+            return "-"
+        s = json.load(open(path))
+        n = "" if s["n_episodes"] == summaries[0]["eval_after"]["n_episodes"] else f" (n={s['n_episodes']})"
+        return f"{100 * s[metric]:.1f}{n}"
+
+    times = (
+        json.load(open(os.path.join(d, "times.json")))
+        if os.path.exists(os.path.join(d, "times.json"))
+        else {}
+    )
+    before = [s["eval_before"][metric] for s in summaries]
+    after = [s["eval_after"][metric] for s in summaries]
+    return dict(
+        env=env,
+        seeds=len(runs),
+        tasks=summaries[0]["eval_after"]["n_tasks"],
+        expert=one("demos"),
+        base=one("base"),
+        sft=before,
+        rl=after,
+        gain=[a - b for a, b in zip(after, before)],
+        valid=valid,
+        rl_seconds=[times.get(n) for n in runs],
+        sft_seconds=sum(times.get(k, 0) for k in ("sft", "sft2")),
+    )
+
+
+def table(root: str) -> str:
+    head = (
+        "| environment (test tasks) | expert (train) | base SmolLM2 | SFT | SFT + RL | RL gain "
+        "| valid before -> after RL | RL time per seed | paper 7B base -> RL |\n"
+        "|---|---:|---:|---:|---:|---:|---|---|---|\n"
+    )
+    lines = []
+    for env in RECIPES:
+        f = row(env, root)
+        if f is None:
+            continue
+        share = lambda c: f"{c[0]}/{c[1]} ({c[0] / c[1]:.2f})" if c[1] else "-"  # noqa: E731
+        secs = ", ".join(f"{s / 60:.0f} min" for s in f["rl_seconds"] if s)
+        lines.append(
+            f"| {NAMES[env]} ({f['tasks']}) | {f['expert']} | {f['base']} | {mean_se(f['sft'])} "
+            f"| **{mean_se(f['rl'])}** | {mean_se(f['gain'])} | {share(f['valid']['eval_before'])} -> "
+            f"{share(f['valid']['eval_after'])} | {secs or '-'} | {PAPER_7B[env][0]} -> {PAPER_7B[env][1]} |"
+        )
+    return head + "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--env", choices=sorted(RECIPES), help="run this environment's recipe")
+    p.add_argument("--seeds", default="0,1", help="RL seeds (comma-separated)")
+    p.add_argument("--root", default="runs/paper", help="where the stages write")
+    p.add_argument("--table", action="store_true", help="print the table (also written to <root>/table.md)")
+    args, extra = p.parse_known_args(argv)  # the rest goes to every model-running command (--threads 1)
+    if args.env:
+        recipe(args.env, args.root, [int(s) for s in args.seeds.split(",")], extra)
+    if args.table or args.env:
+        text = table(args.root)
+        with open(os.path.join(args.root, "table.md"), "w") as f:
+            f.write(text)
+        print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""The paper table's figures come from the runs' own files: the SFT column is each RL run's
+eval_before, the RL column its eval_after (mean ± standard error over seeds, in points), the
+valid-reply shares are counted in their trajectories, and an environment without a finished run
+has no row. A recipe skips the stages whose output exists."""
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+
+
+def _run(path, before: float, after: float, invalid_after: int):
+    """A finished RL run: summary.json and two 2-reply BabyAI episodes per evaluation."""
+    for when, bad in (("eval_before", 0), ("eval_after", invalid_after)):
+        os.makedirs(path / when)
+        episodes = []
+        for i in range(2):
+            answer = '"go to x" is not an available action' if i < bad else "You see a wall."
+            episodes.append({"actions": ["turn left", "go to x"], "observations": ["start", "ok", answer]})
+        (path / when / "trajectories.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes))
+    summary = {
+        w: {"n_tasks": 2, "n_episodes": 2, "success_rate": r}
+        for w, r in (("eval_before", before), ("eval_after", after))
+    }
+    (path / "summary.json").write_text(json.dumps(summary))
+
+
+def test_the_row_is_the_mean_and_standard_error_of_the_seeds_eval_before_and_after(tmp_path):
+    import paper_table
+
+    _run(tmp_path / "babyai" / "rl_s0", before=0.5, after=0.9, invalid_after=1)
+    _run(tmp_path / "babyai" / "rl_s1", before=0.6, after=0.7, invalid_after=0)
+    os.makedirs(tmp_path / "babyai" / "rl_s2")  # unfinished: no summary.json, left out
+    (tmp_path / "babyai" / "times.json").write_text(json.dumps({"rl_s0": 600, "rl_s1": 1200}))
+    os.makedirs(tmp_path / "babyai" / "base")  # the base model, on fewer tasks
+    (tmp_path / "babyai" / "base" / "summary.json").write_text(
+        json.dumps({"n_episodes": 1, "success_rate": 0.0})
+    )
+    text = paper_table.table(str(tmp_path))
+    (line,) = [x for x in text.splitlines() if x.startswith("| BabyAI")]
+    cells = [c.strip() for c in line.split("|")[1:-1]]
+    assert cells[0] == "BabyAI (2)" and cells[1] == "-" and cells[2] == "0.0 (n=1)"
+    assert cells[3] == "55.0 ± 5.0"  # SFT: eval_before 50 and 60
+    assert cells[4] == "**80.0 ± 10.0**"  # RL: eval_after 90 and 70
+    assert cells[5] == "25.0 ± 15.0"  # gains 40 and 10
+    assert cells[6] == "8/8 (1.00) -> 7/8 (0.88)"
+    assert cells[7] == "10 min, 20 min"
+    assert "TextCraft" not in text
+
+
+def test_a_stage_whose_output_exists_is_skipped(tmp_path):
+    import paper_table
+
+    (tmp_path / "done.json").write_text("{}")
+    paper_table.stage(str(tmp_path), "x", "-c 'raise SystemExit(3)'", done=str(tmp_path / "done.json"))
+    assert not (tmp_path / "times.json").exists()
+    paper_table.stage(str(tmp_path), "y", "-c \"print('ran')\"")
+    assert (tmp_path / "y.log").read_text() == "ran\n" and "y" in json.load(open(tmp_path / "times.json"))
