@@ -35,12 +35,15 @@ FREE = "--mask-actions off --context-turns 0 --max-new-tokens 64"
 
 # per environment: expert episodes written, demonstrations trained on, test tasks evaluated, the
 # RL horizon (--rounds: one value fixed, several ScalingInter-RL's stages of 4 steps each), whether
-# a DAgger round runs, the expert's episodes in flight (each a JVM or a browser), and the splits
-# (SciWorld's whole tasks need 20-30 gold actions: its row is the easier slice of its four find-*
-# tasks, envs.py's find-train / find-test)
+# a DAgger round runs, the expert's episodes in flight (each a JVM or a browser), and the splits.
+# SciWorld's whole tasks need 20-30 gold actions: its row is the easier slice of its four find-*
+# tasks (envs.py's find-train / find-test). TextCraft's RL draws depth-1 goals (`rl`: its train
+# split is mostly depth 2-4, which 5 turns cannot craft: every group failed alike, no signal).
 RECIPES = {
     "babyai": dict(expert=80, demos=64, test=30, rounds="5", dagger=True),
-    "textcraft": dict(expert=80, demos=64, test=20, rounds="5", dagger=True),
+    "textcraft": dict(
+        expert=80, demos=64, test=20, rounds="5", dagger=True, rl=("depth1-train", "depth1-test")
+    ),
     "searchqa": dict(expert=80, demos=64, test=20, rounds="5", dagger=False),
     "webarena": dict(expert=28, demos=28, test=7, rounds="5", dagger=False, parallel=4),
     "sciworld": dict(
@@ -96,6 +99,7 @@ def recipe(env: str, root: str, seeds: list[int], extra: list[str]) -> None:
     os.makedirs(d, exist_ok=True)
     turns = r["rounds"].split(",")[-1]
     train, test = r.get("train", "train"), r.get("split", "test")
+    rl_train, test = r.get("rl", (train, test))
     sft = "--batch-size 8 --lr 1e-4 --mask-actions off --context-turns 0"
     expert = f"--expert on --split {train} --limit {r['expert']} --parallel {r.get('parallel', 64)}"
     stage(d, "demos", f"eval.py --env {env} {expert} --out {d}/demos")
@@ -116,7 +120,7 @@ def recipe(env: str, root: str, seeds: list[int], extra: list[str]) -> None:
     rl = (
         f"train.py --model {start} --env {env} {FREE} --rounds {r['rounds']} --steps-per-stage 4 --steps 8 "
         "--tasks-per-step 4 --group-size 4 --minibatch-size 16 --micro-batch-size 8 --lora-rank 16 "
-        f"--kl-coef 0 --lr 1e-4 --train-split {train} --test-split {test} --eval-episodes {r['test']}"
+        f"--kl-coef 0 --lr 1e-4 --train-split {rl_train} --test-split {test} --eval-episodes {r['test']}"
     )
     for seed in seeds:
         stage(d, f"rl_s{seed}", f"{rl} --seed {seed} --out {d}/rl_s{seed}", extra)
