@@ -168,16 +168,11 @@ def row(env: str, root: str) -> dict | None:
         n = "" if s["n_episodes"] == summaries[0]["eval_after"]["n_episodes"] else f" (n={s['n_episodes']})"
         return f"{100 * s[metric]:.1f}{n}"
 
-    times = (
-        json.load(open(os.path.join(d, "times.json")))
-        if os.path.exists(os.path.join(d, "times.json"))
-        else {}
-    )
+    times_path = os.path.join(d, "times.json")
+    times = json.load(open(times_path)) if os.path.exists(times_path) else {}
     before = [s["eval_before"][metric] for s in summaries]
     after = [s["eval_after"][metric] for s in summaries]
     return dict(
-        env=env,
-        seeds=len(runs),
         tasks=summaries[0]["eval_after"]["n_tasks"],
         expert=one("demos"),
         base=one("base"),
@@ -186,7 +181,6 @@ def row(env: str, root: str) -> dict | None:
         gain=[a - b for a, b in zip(after, before)],
         valid=valid,
         rl_seconds=[times.get(n) for n in runs],
-        sft_seconds=sum(times.get(k, 0) for k in ("sft", "sft2")),
     )
 
 
