@@ -37,12 +37,12 @@ FREE = "--mask-actions off --context-turns 0 --max-new-tokens 64"
 # RL horizon (--rounds: one value fixed, several ScalingInter-RL's stages of 4 steps each), whether
 # a DAgger round runs, the expert's episodes in flight (each a JVM or a browser), and the splits.
 # SciWorld's whole tasks need 20-30 gold actions: its row is the easier slice of its four find-*
-# tasks (envs.py's find-train / find-test). TextCraft's RL draws depth-1 goals (`rl`: its train
+# tasks (envs.py's find-train / find-test). TextCraft's RL draws depth-1 goals (`rl_splits`: its train
 # split is mostly depth 2-4, which 5 turns cannot craft: every group failed alike, no signal).
 RECIPES = {
     "babyai": dict(expert=80, demos=64, test=30, rounds="5", dagger=True),
     "textcraft": dict(
-        expert=80, demos=64, test=20, rounds="5", dagger=True, rl=("depth1-train", "depth1-test")
+        expert=80, demos=64, test=20, rounds="5", dagger=True, rl_splits=("depth1-train", "depth1-test")
     ),
     "searchqa": dict(expert=80, demos=64, test=20, rounds="5", dagger=False),
     "webarena": dict(expert=28, demos=28, test=7, rounds="5", dagger=False, parallel=4),
@@ -53,12 +53,12 @@ RECIPES = {
         rounds="5,10",
         dagger=False,
         parallel=4,
-        train="find-train",
-        split="find-test",
+        train_split="find-train",
+        test_split="find-test",
     ),
 }
 
-# AgentGym-RL's Qwen2.5-7B, base -> after RL (the paper's main table), for orientation
+# AgentGym-RL's headline table: Qwen2.5-7B base -> ScalingInter-7B (after RL), for orientation
 PAPER_7B = {
     "webarena": (9.76, 26.00),
     "searchqa": (18.75, 38.25),
@@ -98,8 +98,8 @@ def recipe(env: str, root: str, seeds: list[int], extra: list[str]) -> None:
     r, d = RECIPES[env], os.path.join(root, env)
     os.makedirs(d, exist_ok=True)
     turns = r["rounds"].split(",")[-1]
-    train, test = r.get("train", "train"), r.get("split", "test")
-    rl_train, test = r.get("rl", (train, test))
+    train = r.get("train_split", "train")  # the expert's demonstrations and DAgger's states
+    rl_train, test = r.get("rl_splits", (train, r.get("test_split", "test")))
     sft = "--batch-size 8 --lr 1e-4 --mask-actions off --context-turns 0"
     expert = f"--expert on --split {train} --limit {r['expert']} --parallel {r.get('parallel', 64)}"
     stage(d, "demos", f"eval.py --env {env} {expert} --out {d}/demos")
@@ -197,10 +197,11 @@ def table(root: str) -> str:
             continue
         share = lambda c: f"{c[0]}/{c[1]} ({c[0] / c[1]:.2f})" if c[1] else "-"  # noqa: E731
         secs = ", ".join(f"{s / 60:.0f} min" for s in f["rl_seconds"] if s)
+        paper = " -> ".join(f"{x:.2f}" for x in PAPER_7B[env])
         lines.append(
             f"| {NAMES[env]} ({f['tasks']}) | {f['expert']} | {f['base']} | {mean_se(f['sft'])} "
             f"| **{mean_se(f['rl'])}** | {mean_se(f['gain'])} | {share(f['valid']['eval_before'])} -> "
-            f"{share(f['valid']['eval_after'])} | {secs or '-'} | {PAPER_7B[env][0]} -> {PAPER_7B[env][1]} |"
+            f"{share(f['valid']['eval_after'])} | {secs or '-'} | {paper} |"
         )
     return head + "\n".join(lines) + "\n"
 
