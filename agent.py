@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from batch import Row
 from envs import EnvPool, EnvSpec
 from machinery.kv_cache import Encoded, prefill, release, reserve, sliding
+from machinery.logprobs import fp32_head
 from machinery.timing import timed
 
 # ---------------------------------------------------------------------------------------------
@@ -206,7 +207,9 @@ def generation_model(policy: Policy):
     read per decode step and no adapter modules to run (on a CPU with AVX512-BF16, bf16 matmuls
     run ~2x fp32's). It changes the numbers: the stored log-probs are the bf16 model's, which the
     update's float32 forward then differs from by bf16 rounding (the ratio is not exactly 1 at the
-    first epoch), as when a bf16 inference engine feeds a float32 trainer. Off by default."""
+    first epoch), as when a bf16 inference engine feeds a float32 trainer. The copy's LM head is
+    its own float32 weight (logprobs.fp32_head), as the policy's is: log-probs in float32, whatever
+    the blocks' dtype. Under --mixed-precision bf16 on a CPU, the default (config.generation_dtype)."""
     if not policy.generation_dtype:
         return policy.model
     src = policy.model.get_base_model() if hasattr(policy.model, "get_base_model") else policy.model
@@ -216,6 +219,9 @@ def generation_model(policy: Policy):
 
         dtype = getattr(torch, policy.generation_dtype)
         copy = AutoModelForCausalLM.from_config(src.config, dtype=dtype).to(policy.device)
+        head = copy.get_output_embeddings()
+        head.weight = torch.nn.Parameter(head.weight.detach().float(), requires_grad=False)  # untied
+        fp32_head(copy)
         copy.eval().requires_grad_(False)
         copy.generation_config = src.generation_config
         policy._generators[policy.generation_dtype] = copy
@@ -230,6 +236,7 @@ def generation_model(policy: Policy):
                 deltas = [module.get_delta_weight(a) for a in module.active_adapters if a in module.lora_A]
                 # summed in fp32, rounded once
                 into[name + ".weight"].copy_(module.base_layer.weight + sum(deltas))
+        copy.get_output_embeddings().weight.copy_(src.get_output_embeddings().weight)
     return copy
 
 

@@ -150,9 +150,10 @@ class AgentConfig:
     threads: int = flag(0, at_least=0)
     """torch CPU threads; 0: 1 for the tiny policy on a CPU, every core for a real model or a GPU
     (set_threads; on a busy machine 1 is faster: docs/speed_smollm2.md)"""
-    generation_dtype: str = flag("", choices=("", "float32", "bfloat16", "float16"))
+    generation_dtype: str = flag("auto", choices=("auto", "", "float32", "bfloat16", "float16"))
     """rollouts sample from a copy of the policy in this dtype, LoRA merged in (agent.generation_model;
-    changes the log-probs by its rounding); empty: the policy itself"""
+    changes the log-probs by its rounding); empty: the policy itself; auto: on a CPU under
+    --mixed-precision bf16 or fp16, a copy in that precision (generation_dtype), else the policy"""
 
     def __post_init__(self):
         validate(self)
@@ -179,7 +180,7 @@ def load_agent(cfg: AgentConfig, device: str, model: str | None = None, trainabl
 
     fp32_head(policy.model)  # log-probs in float32 under --mixed-precision: the sampler's = the update's
     policy.temperature = cfg.temperature
-    policy.generation_dtype = cfg.generation_dtype
+    policy.generation_dtype = generation_dtype(cfg, device)
     for key in ("max_new_tokens", "mask_actions", "context_turns"):
         if getattr(cfg, key) is not None:
             setattr(policy, key, getattr(cfg, key))
@@ -195,6 +196,20 @@ def autocast(mixed_precision: str, device: str):
 
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(mixed_precision)
     return torch.autocast(str(device).split(":")[0], dtype=dtype) if dtype else contextlib.nullcontext()
+
+
+def generation_dtype(cfg: AgentConfig, device: str) -> str:
+    """`--generation-dtype auto`: on a CPU under half-precision autocast (train.py's and eval.py's
+    `--mixed-precision`, resolved before the policy loads), the rollout samples from a copy of the
+    policy in that precision, LoRA merged in (agent.generation_model): the numbers autocast would
+    compute up to rounding, without casting float32 weights or running adapter modules at every
+    decode step (1.5x a decode step, docs/speed_smollm2.md). Pi_old under mixed precision is the
+    trainer's own forward (train.prepare_batch), never these log-probs. On a GPU auto stays the
+    policy itself: there the copy would be a second model in memory, and it was not measured."""
+    if cfg.generation_dtype != "auto":
+        return cfg.generation_dtype
+    half = {"bf16": "bfloat16", "fp16": "float16"}.get(getattr(cfg, "mixed_precision", "no"), "")
+    return half if str(device).startswith("cpu") else ""
 
 
 def resolve_device(device: str) -> str:

@@ -44,24 +44,36 @@ class DecodeConfig(AgentConfig):
     """decode steps timed per repeat"""
     repeats: int = 3
     """interleaved repeats of each way"""
-    ways: str = "plain,fast,bf16"
+    ways: str = "plain,fast,autocast,bf16"
     """comma-separated: plain (DynamicCache as is), fast (cache reserved), merged (fast, on a float32 copy
-    with LoRA merged in), bf16 (fast, on a bf16 copy)"""
+    with LoRA merged in), autocast (fast, as train.py ran before generation copies were its default
+    under bf16: the frozen base in bf16, the adapters float32, bf16 autocast), bf16 (fast, on a bf16
+    copy with LoRA merged in, under bf16 autocast: train.py's rollout now)"""
+    padding: int = 3
+    """row i gets i x this many columns of left padding (masked), as a rollout's rows of different
+    lengths have; 0: none (then the attention takes another kernel: see docs/speed_smollm2.md)"""
     profile: int = 0
     """1: also print torch.profiler's top operators of the last way"""
 
 
-def build(cfg):
+def build(cfg, half_base: bool = False):
+    """The policy with LoRA adapters; `half_base`: its frozen base in bf16, as train.py holds it
+    under --mixed-precision bf16 (train.load_models)."""
     torch.manual_seed(0)
     policy = load_agent(cfg, "cpu")
     if cfg.lora_rank:
         policy.model = lora.add_adapters(policy.model, cfg.lora_rank)
+    if half_base:
+        for p in policy.model.parameters():
+            p.data = p.data if p.requires_grad else p.data.to(torch.bfloat16)
+        policy.model.get_output_embeddings().float()
     policy.model.eval()
     return policy
 
 
-def run(policy, cfg, way: str, prof=None) -> float:
+def run(policies, cfg, way: str, prof=None) -> float:
     """Seconds per decode step, `way` as named in DecodeConfig.ways."""
+    policy = policies["half" if way == "autocast" else "float"]
     g = torch.Generator().manual_seed(0)
     V = policy.model.config.vocab_size
     # one prompt for every row (as a GRPO group's first turn): prefill encodes it once and copies
@@ -69,8 +81,11 @@ def run(policy, cfg, way: str, prof=None) -> float:
     news = [torch.randint(0, V, (cfg.cached,), generator=g).tolist()] * cfg.rows
     policy.generation_dtype = {"bf16": "bfloat16", "merged": "float32"}.get(way, "")
     model = agent.generation_model(policy)
-    with torch.no_grad():
+    half = way in ("autocast", "bf16")
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=half):
         _, state = prefill(model, news, [0] * cfg.rows, None, 0, "cpu")
+        for i in range(cfg.rows):
+            state.attn[i, : cfg.padding * i] = 0
         step = agent.Decoder(model, state, cfg.steps, preallocate=way != "plain")
         nxt = torch.randint(0, V, (cfg.rows,), generator=g)
         live = [1] * cfg.rows
@@ -86,14 +101,17 @@ def run(policy, cfg, way: str, prof=None) -> float:
 
 def main(cfg: DecodeConfig):
     torch.set_num_threads(cfg.threads or 1)
-    policy = build(cfg)
+    policies = {"float": build(cfg)}
+    if "autocast" in cfg.ways:
+        policies["half"] = build(cfg, half_base=True)
+    policy = policies["float"]
     n_params = sum(p.numel() for n, p in policy.model.named_parameters() if "embed" not in n)
     flop = 2 * n_params * cfg.rows
     ways = cfg.ways.split(",")
     times = {w: [] for w in ways}
     for _ in range(cfg.repeats):
         for w in ways:
-            times[w].append(run(policy, cfg, w))
+            times[w].append(run(policies, cfg, w))
     print(
         f"\n{cfg.model}, LoRA {cfg.lora_rank}, {cfg.rows} rows, {cfg.cached} cached columns, "
         f"threads {torch.get_num_threads()}, load {os.getloadavg()[0]:.2f}"
@@ -108,7 +126,7 @@ def main(cfg: DecodeConfig):
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CPU]) as prof:
-            run(policy, cfg, ways[-1])
+            run(policies, cfg, ways[-1])
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
 
 

@@ -24,8 +24,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-from agent import rollout  # noqa: E402
-from config import AgentConfig, load_agent, parse, set_threads  # noqa: E402
+from agent import generation_model, rollout  # noqa: E402
+from config import AgentConfig, autocast, flag, load_agent, parse, set_threads  # noqa: E402
 from envs import ENVS, close_pool, open_pool  # noqa: E402
 
 
@@ -49,6 +49,9 @@ class VsConfig(AgentConfig):
     """turns per episode"""
     repeats: int = 2
     """interleaved repeats of the two ways"""
+    mixed_precision: str = flag("no", choices=("no", "bf16"))
+    """bf16: both ways under bf16 autocast, as train.py's rollout on a CPU with bf16 instructions, and
+    both on the same model, the rollout's bf16 generation copy (config.generation_dtype)"""
 
 
 def turns_of(trajs) -> list[list[tuple[list[int], int]]]:
@@ -74,8 +77,9 @@ def turns_of(trajs) -> list[list[tuple[list[int], int]]]:
 
 @torch.no_grad()
 def hf_replay(policy, per_turn) -> tuple[float, int, int]:
-    """Seconds of `model.generate` over the same turns; and the prompt positions and decode steps."""
-    model, tok = policy.model, policy.tokenizer
+    """Seconds of `model.generate` over the same turns, on the model the rollout sampled from; and
+    the prompt positions and decode steps."""
+    model, tok = generation_model(policy), policy.tokenizer
     seconds, positions, steps = 0.0, 0, 0
     for work in per_turn:
         T, L = max(len(c) for c, _ in work), max(n for _, n in work)
@@ -110,31 +114,37 @@ def main(cfg: VsConfig):
     pool = open_pool("babyai", size=len(tasks))
     ours, theirs = [], []
     try:
-        rollout(policy, pool, spec, tasks[:2], 1)  # warm up
-        for r in range(cfg.repeats):
-            torch.manual_seed(cfg.seed + r)
-            tm: dict = {}
-            trajs = rollout(policy, pool, spec, tasks, cfg.max_turns, groups=groups, timings=tm)
-            per_turn = turns_of(trajs)
-            ours.append(tm["generate"])
-            s, positions, steps = hf_replay(policy, per_turn)
-            theirs.append(s)
-            print(
-                f"repeat {r}: ours {tm['generate']:.1f} s (prefill {tm['prefill']:.1f}, decode "
-                f"{tm['decode']:.1f}), generate {s:.1f} s; {sum(map(len, per_turn))} replies, "
-                f"{steps} decode steps, generate's prompt positions {positions}; "
-                f"load {os.getloadavg()[0]:.2f}",
-                flush=True,
-            )
+        with autocast(cfg.mixed_precision, "cpu"):
+            measure(cfg, policy, pool, spec, tasks, groups, ours, theirs)
     finally:
         close_pool(pool)
     a, b = statistics.median(ours), statistics.median(theirs)
     print(
         f"\n{cfg.model}, {len(tasks)} episodes x {cfg.max_turns} turns, {cfg.max_new_tokens} new tokens, "
-        f"threads {torch.get_num_threads()}: rollout's model work {a:.1f} s, "
-        f"transformers' generate {b:.1f} s, "
-        f"{b / a:.2f}x"
+        f"threads {torch.get_num_threads()}, precision {cfg.mixed_precision} (generation "
+        f"{policy.generation_dtype or 'the policy'}): rollout's model work {a:.1f} s, "
+        f"transformers' generate {b:.1f} s, {b / a:.2f}x"
     )
+
+
+def measure(cfg, policy, pool, spec, tasks, groups, ours: list, theirs: list) -> None:
+    """The repeats, each the rollout then generate's replay of its turns; seconds into ours, theirs."""
+    rollout(policy, pool, spec, tasks[:2], 1)  # warm up
+    for r in range(cfg.repeats):
+        torch.manual_seed(cfg.seed + r)
+        tm: dict = {}
+        trajs = rollout(policy, pool, spec, tasks, cfg.max_turns, groups=groups, timings=tm)
+        per_turn = turns_of(trajs)
+        ours.append(tm["generate"])
+        s, positions, steps = hf_replay(policy, per_turn)
+        theirs.append(s)
+        print(
+            f"repeat {r}: ours {tm['generate']:.1f} s (prefill {tm['prefill']:.1f}, decode "
+            f"{tm['decode']:.1f}), generate {s:.1f} s; {sum(map(len, per_turn))} replies, "
+            f"{steps} decode steps, generate's prompt positions {positions}; "
+            f"load {os.getloadavg()[0]:.2f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -63,9 +63,30 @@ def test_the_generation_copy_follows_the_policy_after_an_update():
 def test_the_bfloat16_generation_copy_differs_from_the_policy_only_by_bf16_rounding():
     policy = lora_policy("bfloat16")
     copy = generation_model(policy)
-    assert next(copy.parameters()).dtype == torch.bfloat16
+    assert copy.get_input_embeddings().weight.dtype == torch.bfloat16
+    assert copy.get_output_embeddings().weight.dtype == torch.float32  # log-probs from a float32 head
     diff = (logits(copy, IDS) - logits(policy.model, IDS)).abs().max()
     assert 0 < diff < 0.05
+    # under the update's autocast (train.py's rollout) the copy runs too, and its head stays float32
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        out = copy(input_ids=IDS).logits
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, logits(copy, IDS), atol=0.05, rtol=0)
+
+
+def test_auto_generates_from_a_copy_in_the_updates_half_precision_on_a_cpu_only():
+    from config import AgentConfig, generation_dtype
+
+    def resolved(given, precision, device="cpu"):
+        cfg = AgentConfig(generation_dtype=given)
+        cfg.mixed_precision = precision  # what train.py and eval.py resolve before loading the policy
+        return generation_dtype(cfg, device)
+
+    assert resolved("auto", "bf16") == "bfloat16"
+    assert resolved("auto", "fp16") == "float16"
+    assert resolved("auto", "no") == ""  # float32 (the tiny policy's demo): the policy itself
+    assert resolved("auto", "bf16", "cuda:0") == ""
+    assert resolved("float32", "no") == "float32" and resolved("", "bf16") == ""
 
 
 def test_decoding_into_a_reserved_cache_equals_decoding_by_concatenation():
