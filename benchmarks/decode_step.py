@@ -1,17 +1,18 @@
 """Where one decode step's time goes: a real model's one-token forwards over a kept KV cache.
 
     python benchmarks/decode_step.py                        # SmolLM2 + LoRA 16, 16 rows, 760 cached
-    python benchmarks/decode_step.py --profile 1            # ... and torch.profiler's top operators
+    python benchmarks/decode_step.py --profile 1            # ... and each way's top operators
     python benchmarks/decode_step.py --rows 64 --threads 2
 
 Builds what `agent.generate` decodes from in the issue-29 setting (SmolLM2-135M with rank-16 LoRA
 adapters, 16 streams, a ~760-column cache), then times `--steps` decode steps the way
-`agent.generate` runs them, for each way the rollout can decode (`agent.decode_step`'s options),
+`agent.generate` runs them, for each way the rollout can decode (`agent.Decoder`, `agent.generation_model`),
 interleaved, so that a shared machine's load falls on all alike. Prints milliseconds per step
 against the step's arithmetic (2 x parameters x rows FLOP for the matmuls), the figure a
 well-fed CPU would reach.
 """
 
+import contextlib
 import os
 import statistics
 import sys
@@ -53,7 +54,8 @@ class DecodeConfig(AgentConfig):
     """row i gets i x this many columns of left padding (masked), as a rollout's rows of different
     lengths have; 0: none (then the attention takes another kernel: see docs/speed_smollm2.md)"""
     profile: int = 0
-    """1: also print torch.profiler's top operators of the last way"""
+    """1: then profile each way's decode steps once more (the prefill left out): torch.profiler's top
+    operators"""
 
 
 def build(cfg, half_base: bool = False):
@@ -71,7 +73,7 @@ def build(cfg, half_base: bool = False):
     return policy
 
 
-def run(policies, cfg, way: str, prof=None) -> float:
+def run(policies, cfg, way: str, profile: bool = False) -> float:
     """Seconds per decode step, `way` as named in DecodeConfig.ways."""
     policy = policies["half" if way == "autocast" else "float"]
     g = torch.Generator().manual_seed(0)
@@ -90,12 +92,15 @@ def run(policies, cfg, way: str, prof=None) -> float:
         nxt = torch.randint(0, V, (cfg.rows,), generator=g)
         live = [1] * cfg.rows
         step(nxt, live)  # warm-up
+        prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) if profile else None
         t0 = time.perf_counter()
-        for _ in range(cfg.steps - 1):
-            logits = step(nxt, live)
-            nxt = logits.argmax(-1)
-            if prof is not None:
-                prof.step()
+        with prof or contextlib.nullcontext():
+            for _ in range(cfg.steps - 1):
+                logits = step(nxt, live)
+                nxt = logits.argmax(-1)
+    if prof is not None:
+        print(f"\n{way}: {1000 * (time.perf_counter() - t0) / (cfg.steps - 1):.1f} ms/step, profiled")
+        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
     return (time.perf_counter() - t0) / (cfg.steps - 1)
 
 
@@ -123,11 +128,8 @@ def main(cfg: DecodeConfig):
             f"  {flop / s / 1e9:5.1f} GFLOP/s  {cfg.rows / s:6.1f} tokens/s"
         )
     if cfg.profile:
-        from torch.profiler import ProfilerActivity, profile
-
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            run(policies, cfg, ways[-1])
-        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
+        for w in ways:
+            run(policies, cfg, w, profile=True)
 
 
 if __name__ == "__main__":
