@@ -226,17 +226,24 @@ def generation_model(policy: Policy):
         copy.generation_config = src.generation_config
         policy._generators[policy.generation_dtype] = copy
     into = dict([*copy.named_parameters(), *copy.named_buffers()])
+    # the copy's name of a policy tensor: without LoRA's and FSDP's wrappers (the layers FSDP wraps
+    # in place; under dist.full_weights their weights are whole)
+    plain = lambda name: name.replace("_fsdp_wrapped_module.", "").replace(".base_layer.", ".")  # noqa: E731
+    filled = {next(n for n, p in copy.named_parameters() if p is copy.get_output_embeddings().weight)}
     with torch.no_grad():
         for name, x in [*src.named_parameters(), *src.named_buffers()]:
-            if ".lora_" not in name and name.replace(".base_layer.", ".") in into:
-                into[name.replace(".base_layer.", ".")].copy_(x)
+            if ".lora_" not in name and plain(name) in into:
+                into[plain(name)].copy_(x)
+                filled.add(plain(name))
         for name, module in src.named_modules():  # peft's LoRA layers: W0 + the active adapters' B A
             lora_layer = hasattr(module, "get_delta_weight") and hasattr(module, "base_layer")
             if lora_layer and not module.disable_adapters:
                 deltas = [module.get_delta_weight(a) for a in module.active_adapters if a in module.lora_A]
                 # summed in fp32, rounded once
-                into[name + ".weight"].copy_(module.base_layer.weight + sum(deltas))
+                into[plain(name) + ".weight"].copy_(module.base_layer.weight + sum(deltas))
         copy.get_output_embeddings().weight.copy_(src.get_output_embeddings().weight)
+    if set(into) - filled:  # a copy left with its random initial weights would sample noise
+        raise RuntimeError(f"generation copy: the policy has no {sorted(set(into) - filled)[:3]}")
     return copy
 
 

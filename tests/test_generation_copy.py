@@ -3,6 +3,7 @@ LoRA adapters merged into the copy's weights, refreshed after every update; in b
 only by bf16 rounding. And decoding into a reserved cache (kv_cache.reserve) gives what decoding by
 concatenation gives."""
 
+import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -109,3 +110,34 @@ def test_decoding_into_a_reserved_cache_equals_decoding_by_concatenation():
     assert torch.equal(out[True][1], out[False][1])
     for a, b in zip(out[True][2], out[False][2]):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+
+
+class FSDPLikeWrapper(torch.nn.Module):
+    """A layer wrapped the way FSDP wraps it in place: its weights' names gain `_fsdp_wrapped_module.`"""
+
+    def __init__(self, inner):
+        super().__init__()
+        self._fsdp_wrapped_module = inner
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._fsdp_wrapped_module, name)
+
+    def forward(self, *args, **kwargs):
+        return self._fsdp_wrapped_module(*args, **kwargs)
+
+
+def test_the_copy_finds_the_weights_of_layers_fsdp_wrapped_and_refuses_when_one_is_missing():
+    policy = lora_policy("float32")
+    layers = policy.model.get_base_model().model.layers
+    layers[0] = FSDPLikeWrapper(layers[0])
+    assert any("_fsdp_wrapped_module" in n for n, _ in policy.model.named_parameters())
+    copy = generation_model(policy)
+    torch.testing.assert_close(logits(copy, IDS), logits(policy.model, IDS), atol=1e-5, rtol=1e-5)
+    # a weight the copy cannot find would leave it at its random initial value: an error instead
+    policy._generators.clear()
+    layers[1].input_layernorm.weight = None  # (a module with no weight: nothing to copy)
+    with pytest.raises(RuntimeError, match="input_layernorm"):
+        generation_model(policy)
