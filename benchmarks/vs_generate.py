@@ -3,6 +3,7 @@ re-encoded and left-padded, on the same multi-turn work.
 
     python benchmarks/vs_generate.py                      # SmolLM2, 4 BabyAI tasks x 4, 4 turns, 48 tokens
     python benchmarks/vs_generate.py --tasks 2 --group-size 4 --max-turns 2 --repeats 1   # quick
+    python benchmarks/vs_generate.py --mixed-precision bf16   # in train.py's precision, on its bf16 copy
 
 Each repeat first runs `agent.rollout()` (whole conversation, KV cache kept across turns), timing
 its model work (`generate`: prefill, decode, sampling; machinery/timing.py). It then replays the
