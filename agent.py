@@ -226,10 +226,8 @@ def generation_model(policy: Policy):
         copy.generation_config = src.generation_config
         policy._generators[policy.generation_dtype] = copy
     into = dict([*copy.named_parameters(), *copy.named_buffers()])
-    # the copy's name of a policy tensor: without LoRA's and FSDP's wrappers (the layers FSDP wraps
-    # in place; under dist.full_weights their weights are whole)
-    plain = lambda name: name.replace("_fsdp_wrapped_module.", "").replace(".base_layer.", ".")  # noqa: E731
-    filled = {next(n for n, p in copy.named_parameters() if p is copy.get_output_embeddings().weight)}
+    head = copy.get_output_embeddings().weight
+    filled = {n for n, p in copy.named_parameters() if p is head}  # (copied below, from the policy's head)
     with torch.no_grad():
         for name, x in [*src.named_parameters(), *src.named_buffers()]:
             if ".lora_" not in name and plain(name) in into:
@@ -241,10 +239,16 @@ def generation_model(policy: Policy):
                 deltas = [module.get_delta_weight(a) for a in module.active_adapters if a in module.lora_A]
                 # summed in fp32, rounded once
                 into[plain(name) + ".weight"].copy_(module.base_layer.weight + sum(deltas))
-        copy.get_output_embeddings().weight.copy_(src.get_output_embeddings().weight)
+        head.copy_(src.get_output_embeddings().weight)
     if set(into) - filled:  # a copy left with its random initial weights would sample noise
         raise RuntimeError(f"generation copy: the policy has no {sorted(set(into) - filled)[:3]}")
     return copy
+
+
+def plain(name: str) -> str:
+    """The generation copy's name of a policy tensor: without LoRA's and FSDP's wrappers (FSDP wraps
+    layers in place; under dist.full_weights their weights are whole)."""
+    return name.replace("_fsdp_wrapped_module.", "").replace(".base_layer.", ".")
 
 
 # ---------------------------------------------------------------------------------------------

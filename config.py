@@ -203,7 +203,7 @@ def generation_dtype(cfg: AgentConfig, device: str) -> str:
     `--mixed-precision`, resolved before the policy loads), the rollout samples from a copy of the
     policy in that precision, LoRA merged in (agent.generation_model): the numbers autocast would
     compute up to rounding, without casting float32 weights or running adapter modules at every
-    decode step (1.5x a decode step, docs/speed_smollm2.md). Pi_old under mixed precision is the
+    decode step (1.2-1.5x a decode step, docs/speed_smollm2.md). Pi_old under mixed precision is the
     trainer's own forward (train.prepare_batch), never these log-probs. On a GPU auto stays the
     policy itself: there the copy would be a second model in memory, and it was not measured."""
     if cfg.generation_dtype != "auto":
