@@ -25,8 +25,9 @@ MAX_TYPE_CHARS, keys and URLs shorter still), an action's browser work is cancel
 ACTION_SECONDS and a whole call's after BROWSER_SECONDS (a 504 that the instance survives).
 
     observation   OBSERVATION: the tabs, then the accessibility tree of the active tab as
-                  `[id] role 'name'` lines (Chrome's tree from the CDP Accessibility domain; the id
-                  is the DOM node's backend id), then URL, OBJECTIVE and PREVIOUS ACTION.
+                  `[id] role 'name'` lines (Chrome's tree from the CDP Accessibility domain; the
+                  ids number the lines in order, 1, 2, ..., so that the same page reads the same
+                  at every load), then URL, OBJECTIVE and PREVIOUS ACTION.
     action        the first ``` fenced block of the reply, one of WebArena's: click [id],
                   type [id] [text] [0|1] (1 presses Enter after typing; the field is cleared
                   first), hover [id], press [keys], scroll [up|down], new_tab, tab_focus [n],
@@ -40,8 +41,11 @@ Tasks are WebArena config files (`intent`, `start_url`, `sites`, `eval`) with si
 `servers/webarena_tasks/`). A placeholder `__X__` takes its URL from the environment variable X as
 WebArena does (SHOPPING, SHOPPING_ADMIN, REDDIT, GITLAB, MAP, WIKIPEDIA, HOMEPAGE); SHOPPING and
 REDDIT default to the local shop and forum of `servers/websites/`, started on loopback ports inside
-this process. Each instance gets a fresh copy of the local sites' state at every reset (a cookie
-names it), so episodes are repeatable and concurrent instances never see each other's changes.
+this process; the agent sees them at WebArena's usual addresses (SHOWN_AS: http://localhost:7770 and
+:9999, translated back for `goto`), since their real ports change at every launch and an episode
+must read the same at every launch to replay (DAgger's relabelling, sft.py). Each instance gets a
+fresh copy of the local sites' state at every reset (a cookie names it), so episodes are repeatable
+and concurrent instances never see each other's changes.
 
 The expert (`POST /expert`, servers/common.py; the trainer's, never the agent's): a task config
 may hold a `reference_solution` (every offline task does; tests/test_webarena.py checks that each
@@ -98,6 +102,7 @@ LAUNCH_ARGS = [
 VIEWPORT = {"width": 1280, "height": 720}  # WebArena's
 SITE_VARS = ["SHOPPING_ADMIN", "SHOPPING", "REDDIT", "GITLAB", "MAP", "WIKIPEDIA", "HOMEPAGE"]
 LOCAL_SITES = {"SHOPPING": shop, "REDDIT": forum}  # placeholder -> offline stand-in
+SHOWN_AS = {"SHOPPING": "http://localhost:7770", "REDDIT": "http://localhost:9999"}  # the agent's view
 MAX_TREE_CHARS = 12000
 MAX_AVAILABLE = 64
 MAX_TYPE_CHARS = 2000  # text one `type` may enter (typing runs ~3,000 characters a second)
@@ -181,6 +186,7 @@ BROWSER = Browser()
 # ---------------------------------------------------------------------------------------------
 
 _site_urls: dict[str, str] = {}
+_local_urls: dict[str, str] = {}  # placeholder -> base URL of a local site this process started
 _sites_lock = threading.Lock()
 
 
@@ -192,8 +198,28 @@ def site_urls() -> dict[str, str]:
                 if os.environ.get(var):
                     _site_urls[var] = os.environ[var].rstrip("/")
                 elif var in LOCAL_SITES:
-                    _site_urls[var] = start_site(LOCAL_SITES[var].app)
+                    _site_urls[var] = _local_urls[var] = start_site(LOCAL_SITES[var].app)
         return dict(_site_urls)
+
+
+def _swap_origin(url: str, pairs) -> str:
+    """`url` with the first matching `from` base URL of (from, to) pairs replaced by its `to`."""
+    for old, new in pairs:
+        if url.startswith(old) and url[len(old) : len(old) + 1] in ("", "/", "?", "#"):
+            return new + url[len(old) :]
+    return url
+
+
+def shown(url: str) -> str:
+    """A URL as the agent reads it: a local site's real address -> its fixed one (SHOWN_AS)."""
+    site_urls()
+    return _swap_origin(url, [(base, SHOWN_AS[var]) for var, base in _local_urls.items()])
+
+
+def actual(url: str) -> str:
+    """A URL the agent wrote -> the address the browser uses (shown's inverse)."""
+    site_urls()
+    return _swap_origin(url, [(SHOWN_AS[var], base) for var, base in _local_urls.items()])
 
 
 def fill(config: dict) -> dict:
@@ -279,7 +305,8 @@ PROPS = ("focused", "required", "checked", "selected", "expanded", "disabled", "
 
 
 async def accessibility_tree(cdp) -> tuple[str, dict[int, dict]]:
-    """(`[id] role 'name'` lines indented by depth, id -> {role, name}) of the page's tree."""
+    """(`[id] role 'name'` lines indented by depth, id -> {role, name, backend}) of the page's tree:
+    the ids number the kept lines 1, 2, ... (the DOM's backend ids differ from load to load)."""
     nodes = (await cdp.send("Accessibility.getFullAXTree"))["nodes"]
     by_id = {n["nodeId"]: n for n in nodes}
     lines, elements = [], {}
@@ -304,8 +331,9 @@ async def accessibility_tree(cdp) -> tuple[str, dict[int, dict]]:
             ]
             if role in ("textbox", "searchbox", "combobox") and node.get("value", {}).get("value"):
                 props.insert(0, f"value: {node['value']['value']!r}")
-            lines.append("\t" * depth + f"[{bid}] {role} {name!r}" + "".join(" " + p for p in props))
-            elements[bid] = {"role": role, "name": name}
+            eid = len(elements) + 1
+            lines.append("\t" * depth + f"[{eid}] {role} {name!r}" + "".join(" " + p for p in props))
+            elements[eid] = {"role": role, "name": name, "backend": bid}
         for child in node.get("childIds", []):
             if child in by_id:
                 walk(by_id[child], depth + 1 if keep else depth, name if keep else parent_name)
@@ -520,16 +548,16 @@ class WebArenaEnv:
             await route.abort("blockedbyclient")
 
     def _download(self, download) -> None:
-        self.refused.append(f"a download of {download.url}")
+        self.refused.append(f"a download of {shown(download.url)}")
 
     def _refusals(self) -> str:
         """A note for the observation: what the browser was kept from, and why."""
         if not self.refused:
             return ""
-        what = ", ".join(dict.fromkeys(u[:200] for u in self.refused))
-        self.refused = []
+        what = ", ".join(dict.fromkeys(shown(u)[:200] for u in self.refused))
+        self.refused, sites = [], ", ".join(sorted(map(shown, self.origins)))
         return (
-            f"Refused: {what}. This task stays on its own sites ({', '.join(sorted(self.origins))}); "
+            f"Refused: {what}. This task stays on its own sites ({sites}); "
             "other hosts, file:, data:, chrome: and javascript: URLs, and downloads are not allowed."
         )
 
@@ -539,6 +567,8 @@ class WebArenaEnv:
             return self._answer(0.0, note="The browser crashed; reset the instance to start again.")
         try:
             name, args = parse_action(reply)
+            if name == "goto":
+                args = (actual(args[0]),)
             if name in ("click", "hover", "type") and int(args[0]) not in self.elements:
                 raise ActionError(
                     f"there is no element [{args[0]}] on this page; use an id from the "
@@ -661,9 +691,10 @@ class WebArenaEnv:
             page.remove_listener("requestfailed", on_failed)
             page.remove_listener("download", on_load)
 
-    async def _centre(self, page, backend_id: int) -> tuple[float, float]:
-        """Scroll the element into view and return its centre in viewport pixels."""
+    async def _centre(self, page, eid: int) -> tuple[float, float]:
+        """Scroll element [eid] into view and return its centre in viewport pixels."""
         cdp = await self._cdp(page)
+        backend_id = self.elements[eid]["backend"]
         obj = (await cdp.send("DOM.resolveNode", {"backendNodeId": backend_id}))["object"]
         box = await cdp.send(
             "Runtime.callFunctionOn",
@@ -678,7 +709,7 @@ class WebArenaEnv:
         )
         x, y, area = box["result"]["value"]
         if area == 0:
-            raise ActionError(f"element [{backend_id}] is not visible")
+            raise ActionError(f"element [{eid}] is not visible")
         return x, y
 
     async def _cdp(self, page):
@@ -750,7 +781,7 @@ class WebArenaEnv:
         step = None if self.off_path or self.ref_pos >= len(solution) else self._reference_step(self.ref_pos)
         if step is None:
             return {
-                "action": f"```goto [{self._start_url()}]```",
+                "action": f"```goto [{shown(self._start_url())}]```",
                 "on_path": False,
                 "thought": "This is not the way I planned; I start again from the start page.",
             }
@@ -778,7 +809,7 @@ class WebArenaEnv:
             return "Reset the environment to start a task."
         url = self.page.url if self.pages else ""
         return (
-            f"OBSERVATION:\n{self.tree}\nURL: {url}\nOBJECTIVE: {self.task['intent']}\n"
+            f"OBSERVATION:\n{self.tree}\nURL: {shown(url)}\nOBJECTIVE: {self.task['intent']}\n"
             f"PREVIOUS ACTION: {self.previous}"
         )
 
