@@ -12,8 +12,9 @@ skipped when its output exists (an interrupted recipe continues where it stopped
 
 Stages (under --root/<env>/): demos/ (the expert on the train split, eval.py --expert on),
 base/ (SmolLM2 before anything), sft/ (sft.py on the first N successful demonstrations),
-dagger_policy/ + dagger/ + sft2/ (one DAgger round: the SFT policy's own train episodes, relabelled
-by the expert, then one more epoch; RECIPES[env]["dagger"]), rl_s<seed>/ (train.py from the last SFT
+dagger_policy/ + dagger/ + sft2/ (a DAgger round: the SFT policy's own train episodes, relabelled
+by the expert, then one more epoch on the demonstrations and every round's labels; a second round
+writes dagger2_policy/ + dagger2/ + sft3/; RECIPES[env]["dagger"]), rl_s<seed>/ (train.py from the last SFT
 checkpoint; its eval_before is the SFT row, its eval_after the RL row, on the same test tasks).
 Each stage's wall time goes to times.json.
 """
@@ -34,24 +35,25 @@ sys.path.insert(0, ROOT)
 FREE = "--mask-actions off --context-turns 0 --max-new-tokens 64"
 
 # per environment: expert episodes written, demonstrations trained on, test tasks evaluated, the
-# RL horizon (--rounds: one value fixed, several ScalingInter-RL's stages of 4 steps each), whether
-# a DAgger round runs, the expert's episodes in flight (each a JVM or a browser), and the splits.
+# RL horizon (--rounds: one value fixed, several ScalingInter-RL's stages of 4 steps each), the
+# train tasks of each DAgger round (consecutive slices of the train split), RL steps (default 8),
+# the expert's episodes in flight (each a JVM or a browser), and the splits.
 # SciWorld's whole tasks need 20-30 gold actions: its row is the easier slice of its four find-*
 # tasks (envs.py's find-train / find-test). TextCraft's RL draws depth-1 goals (`rl_splits`: its train
 # split is mostly depth 2-4, which 5 turns cannot craft: every group failed alike, no signal).
 RECIPES = {
-    "babyai": dict(expert=80, demos=64, test=30, rounds="5", dagger=True),
+    "babyai": dict(expert=80, demos=64, test=30, rounds="5", dagger=[32]),
     "textcraft": dict(
-        expert=80, demos=64, test=20, rounds="5", dagger=True, rl_splits=("depth1-train", "depth1-test")
+        expert=80, demos=64, test=20, rounds="5", dagger=[32, 64], rl_splits=("depth1-train", "depth1-test")
     ),
-    "searchqa": dict(expert=80, demos=64, test=20, rounds="5", dagger=False),
-    "webarena": dict(expert=28, demos=28, test=7, rounds="5", dagger=False, parallel=4),
+    "searchqa": dict(expert=80, demos=64, test=60, rounds="5", dagger=[], steps=16),
+    "webarena": dict(expert=28, demos=28, test=7, rounds="5", dagger=[], parallel=4),
     "sciworld": dict(
         expert=80,
         demos=64,
         test=20,
         rounds="5,10",
-        dagger=False,
+        dagger=[],
         parallel=4,
         train_split="find-train",
         test_split="find-test",
@@ -93,6 +95,13 @@ def first_successes(src: str, dst: str, n: int) -> None:
         f.writelines(kept)
 
 
+def split_ids(env: str, split: str) -> list[int]:
+    """The data_idx of a named split's tasks, in order (eval.py --split takes them from the front)."""
+    from envs import ENVS
+
+    return list(ENVS[env].splits[split])
+
+
 def recipe(env: str, root: str, seeds: list[int], extra: list[str]) -> None:
     """Every stage of `env`'s row in order; `extra` (e.g. --threads 1) goes to every model command."""
     r, d = RECIPES[env], os.path.join(root, env)
@@ -108,19 +117,26 @@ def recipe(env: str, root: str, seeds: list[int], extra: list[str]) -> None:
     stage(d, "sft", f"sft.py --model smollm2 --env {env} --data {d}/demos/trajectories.jsonl "
                     f"--demos {r['demos']} --epochs 3 {sft} --out {d}/sft", extra)  # fmt: skip
     start = f"{d}/sft/checkpoint"
+    labels = [f"{d}/demos/first.jsonl"]  # DAgger's aggregate: every round trains on all labels so far
     if r["dagger"]:
-        stage(d, "dagger_policy", f"eval.py --model {start} --env {env} --split {train} --limit 32 "
-                                  f"--max-turns {turns} {FREE} --out {d}/dagger_policy", extra)  # fmt: skip
-        relabel = f"sft.py --env {env} --relabel {d}/dagger_policy/trajectories.jsonl --out {d}/dagger"
-        stage(d, "dagger", relabel, done=f"{d}/dagger/trajectories.jsonl")
-        first_successes(f"{d}/demos/trajectories.jsonl", f"{d}/demos/first.jsonl", r["demos"])
-        stage(d, "sft2", f"sft.py --model {start} --env {env} --epochs 1 {sft} --out {d}/sft2 "
-                         f"--data {d}/demos/first.jsonl,{d}/dagger/trajectories.jsonl", extra)  # fmt: skip
-        start = f"{d}/sft2/checkpoint"
+        first_successes(f"{d}/demos/trajectories.jsonl", labels[0], r["demos"])
+    for k, n in enumerate(r["dagger"], start=1):  # round k: the last checkpoint's own episodes on the
+        name = "dagger" if k == 1 else f"dagger{k}"  # next n train tasks, labelled by the expert
+        ids = ",".join(map(str, split_ids(env, train)[sum(r["dagger"][: k - 1]) :][:n]))
+        stage(d, f"{name}_policy", f"eval.py --model {start} --env {env} --task-ids {ids} "
+                                   f"--max-turns {turns} {FREE} --out {d}/{name}_policy", extra)  # fmt: skip
+        relabel = f"sft.py --env {env} --relabel {d}/{name}_policy/trajectories.jsonl --out {d}/{name}"
+        stage(d, name, relabel, done=f"{d}/{name}/trajectories.jsonl")
+        labels.append(f"{d}/{name}/trajectories.jsonl")
+        stage(d, f"sft{k + 1}", f"sft.py --model {start} --env {env} --epochs 1 {sft} --out {d}/sft{k + 1} "
+                                f"--data {','.join(labels)}", extra)  # fmt: skip
+        start = f"{d}/sft{k + 1}/checkpoint"
+    steps = r.get("steps", 8)
     rl = (
-        f"train.py --model {start} --env {env} {FREE} --rounds {r['rounds']} --steps-per-stage 4 --steps 8 "
-        "--tasks-per-step 4 --group-size 4 --minibatch-size 16 --micro-batch-size 8 --lora-rank 16 "
-        f"--kl-coef 0 --lr 1e-4 --train-split {rl_train} --test-split {test} --eval-episodes {r['test']}"
+        f"train.py --model {start} --env {env} {FREE} --rounds {r['rounds']} --steps-per-stage 4 "
+        f"--steps {steps} --tasks-per-step 4 --group-size 4 --minibatch-size 16 --micro-batch-size 8 "
+        f"--lora-rank 16 --kl-coef 0 --lr 1e-4 --train-split {rl_train} --test-split {test} "
+        f"--eval-episodes {r['test']}"
     )
     for seed in seeds:
         stage(d, f"rl_s{seed}", f"{rl} --seed {seed} --out {d}/rl_s{seed}", extra)

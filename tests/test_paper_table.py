@@ -57,3 +57,35 @@ def test_a_stage_whose_output_exists_is_skipped(tmp_path):
     assert not (tmp_path / "times.json").exists()
     paper_table.stage(str(tmp_path), "y", "-c \"print('ran')\"")
     assert (tmp_path / "y.log").read_text() == "ran\n" and "y" in json.load(open(tmp_path / "times.json"))
+
+
+def test_dagger_rounds_take_the_next_train_tasks_and_train_on_every_rounds_labels(tmp_path, monkeypatch):
+    """Round k runs the last checkpoint on the train split's next slice of tasks; its SFT starts
+    from that checkpoint and trains on the demonstrations plus the labels of rounds 1..k (DAgger's
+    aggregate); RL starts from the last round's checkpoint."""
+    import paper_table
+
+    calls = []
+    monkeypatch.setattr(
+        paper_table, "stage", lambda root, name, command, extra=(), done="": calls.append((name, command))
+    )
+    monkeypatch.setitem(
+        paper_table.RECIPES, "textcraft", dict(paper_table.RECIPES["textcraft"], dagger=[2, 3])
+    )
+    os.makedirs(tmp_path / "textcraft" / "demos")
+    (tmp_path / "textcraft" / "demos" / "trajectories.jsonl").write_text("")
+    paper_table.recipe("textcraft", str(tmp_path), [0], [])
+    cmd = dict(calls)
+    d, ids = f"{tmp_path}/textcraft", paper_table.split_ids("textcraft", "train")
+    names = "demos base sft dagger_policy dagger sft2 dagger2_policy dagger2 sft3 rl_s0"
+    assert [n for n, _ in calls] == names.split()
+    assert f"--model {d}/sft/checkpoint" in cmd["dagger_policy"]
+    assert f"--task-ids {','.join(map(str, ids[:2]))} " in cmd["dagger_policy"]
+    assert f"--model {d}/sft2/checkpoint" in cmd["dagger2_policy"]
+    assert f"--task-ids {','.join(map(str, ids[2:5]))} " in cmd["dagger2_policy"]
+    assert f"--model {d}/sft2/checkpoint" in cmd["sft3"]
+    assert (
+        f"--data {d}/demos/first.jsonl,{d}/dagger/trajectories.jsonl,{d}/dagger2/trajectories.jsonl"
+        in cmd["sft3"]
+    )
+    assert f"--model {d}/sft3/checkpoint" in cmd["rl_s0"]
