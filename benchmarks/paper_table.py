@@ -8,6 +8,7 @@ skipped when its output exists (an interrupted recipe continues where it stopped
 
     python benchmarks/paper_table.py --env babyai                 # demos, base, SFT, DAgger, RL x 2 seeds
     python benchmarks/paper_table.py --env searchqa --seeds 0     # one seed
+    python benchmarks/paper_table.py --env textcraft --dagger 32,64 --seeds ""   # two DAgger rounds, no RL
     python benchmarks/paper_table.py --table                      # the table from what is in --root
 
 Stages (under --root/<env>/): demos/ (the expert on the train split, eval.py --expert on),
@@ -44,10 +45,10 @@ FREE = "--mask-actions off --context-turns 0 --max-new-tokens 64"
 RECIPES = {
     "babyai": dict(expert=80, demos=64, test=30, rounds="5", dagger=[32]),
     "textcraft": dict(
-        expert=80, demos=64, test=20, rounds="5", dagger=[32, 64], rl_splits=("depth1-train", "depth1-test")
+        expert=80, demos=64, test=20, rounds="5", dagger=[32], rl_splits=("depth1-train", "depth1-test")
     ),
     "searchqa": dict(expert=80, demos=64, test=60, rounds="5", dagger=[], steps=16),
-    "webarena": dict(expert=28, demos=28, test=7, rounds="5", dagger=[], parallel=4),
+    "webarena": dict(expert=28, demos=28, test=7, rounds="5", dagger=[28], parallel=4),
     "sciworld": dict(
         expert=80,
         demos=64,
@@ -225,12 +226,17 @@ def table(root: str) -> str:
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--env", choices=sorted(RECIPES), help="run this environment's recipe")
-    p.add_argument("--seeds", default="0,1", help="RL seeds (comma-separated)")
+    p.add_argument("--seeds", default="0,1", help="RL seeds (comma-separated; '': stop before RL)")
     p.add_argument("--root", default="runs/paper", help="where the stages write")
+    p.add_argument(
+        "--dagger", help="train tasks per DAgger round instead of the recipe's (e.g. 32,64; '': none)"
+    )
     p.add_argument("--table", action="store_true", help="print the table (also written to <root>/table.md)")
     args, extra = p.parse_known_args(argv)  # the rest goes to every model-running command (--threads 1)
     if args.env:
-        recipe(args.env, args.root, [int(s) for s in args.seeds.split(",")], extra)
+        if args.dagger is not None:
+            RECIPES[args.env]["dagger"] = [int(n) for n in args.dagger.split(",") if n]
+        recipe(args.env, args.root, [int(s) for s in args.seeds.split(",") if s], extra)
     if args.table or args.env:
         text = table(args.root)
         with open(os.path.join(args.root, "table.md"), "w") as f:
