@@ -235,7 +235,8 @@ def main(argv=None):
     args, extra = p.parse_known_args(argv)  # the rest goes to every model-running command (--threads 1)
     if args.env:
         if args.dagger is not None:
-            RECIPES[args.env]["dagger"] = [int(n) for n in args.dagger.split(",") if n]
+            rounds = [int(n) for n in args.dagger.split(",") if n]
+            RECIPES[args.env] = dict(RECIPES[args.env], dagger=rounds)  # this run's recipe only
         recipe(args.env, args.root, [int(s) for s in args.seeds.split(",") if s], extra)
     if args.table or args.env:
         text = table(args.root)
