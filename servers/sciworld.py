@@ -36,9 +36,10 @@ ScienceWorld's own gold path of the loaded variation (`getGoldActionSequence`). 
 by this process): the task is loaded again with `generateGoldPath` and the episode's actions are
 replayed (a variation's world is the same at every load), so the agent's state is unchanged. The expert
 answers the gold action after the
-last one the agent followed; pure observations (`look ...`, `inventory`, `task`) between them do
-not leave the path, any other action does: from then on the expert still answers the next gold
-action, with `on_path: false` (it may no longer apply). Past the gold path's end it answers `look
+last one the agent followed; pure observations (`look ...`, `inventory`, `task`) and actions the
+simulator did not carry out (`No known action matches that input.`) between them do not leave the
+path, any other action does: from then on the expert still answers the next gold action, with
+`on_path: false` (it may no longer apply). Past the gold path's end it answers `look
 around` (docs/experts.md).
 
 A JVM that dies (killed, out of memory) makes its instance answer a 503 JSON error that says so;
@@ -105,6 +106,7 @@ CHECK = "check valid actions"
 MAX_LISTED = 200  # valid actions listed by `check valid actions` (all of them: /action_hint)
 GOLD_PATHS: dict[tuple[str, int], list[str]] = {}  # (task, variation) -> its gold path, once generated
 OBSERVING = ("look around", "look at ", "look in ", "inventory", "task")  # actions that change nothing
+NO_MATCH = "No known action matches that input"  # the simulator's answer to an action it did not parse
 
 
 def split_ranges() -> dict[str, list[tuple[int, int]]]:
@@ -129,6 +131,7 @@ class SciWorldEnv:
         self.last, self.task_description = "", ""
         self.score, self.moves, self.done, self.failed = 0, 0, False, False
         self.history: list[str] = []  # the actions of this episode, for the expert's replay
+        self.carried_out: list[str] = []  # those the simulator parsed and did, for the expert's `follow`
         self.gold: list[str] | None = None  # the gold path, once the expert was asked
 
     # --- the JVM --------------------------------------------------------------------------
@@ -188,7 +191,7 @@ class SciWorldEnv:
         self._call("load", name, variation, "", False)
         self.game = (name, variation, split)
         self.score, self.moves, self.done, self.failed = 0, 0, False, False
-        self.history, self.gold = [], None
+        self.history, self.carried_out, self.gold = [], [], None
         self.task_description = self._call("getTaskDescription")
         # AgentGym's first move after loading. As on AgentGym's server, `observation` is its answer
         # alone: AgentGym's client (and envs.py) show `task_description + "\n" + observation`.
@@ -208,6 +211,8 @@ class SciWorldEnv:
             return self.answer(self.valid_actions_text(), 0)  # free: no move, no change
         self.last = self._call("step", action)
         self.history.append(action)
+        if NO_MATCH not in self.last:
+            self.carried_out.append(action)
         # The simulator's own score, completion and move count; no look/inventory/valid list.
         raw = int(round(100 * self._call("getScore")))
         self.moves = self._call("getNumMoves")
@@ -240,7 +245,7 @@ class SciWorldEnv:
         self._need_game()
         if self.gold is None:
             self.gold = self._gold_path()
-        pos, on_path = follow(self.gold, self.history[1:])  # (history[0]: the reset's `look around`)
+        pos, on_path = follow(self.gold, self.carried_out[1:])  # ([0]: the reset's `look around`)
         if pos >= len(self.gold):
             return {
                 "action": "look around",

@@ -171,6 +171,9 @@ def test_sciworld_expert_says_when_the_agent_left_the_gold_path(sciworld):
     assert first["on_path"] is True
     requests.post(sciworld + "/step", json={"id": iid, "action": "look around"})  # an observation: on path
     assert requests.post(sciworld + "/expert", json={"id": iid}).json() == first
+    no_match = requests.post(sciworld + "/step", json={"id": iid, "action": "fly to the moon"}).json()
+    assert "No known action matches" in no_match["observation"]  # not carried out: still on the path
+    assert requests.post(sciworld + "/expert", json={"id": iid}).json() == first
     requests.post(sciworld + "/step", json={"id": iid, "action": first["action"]})
     second = requests.post(sciworld + "/expert", json={"id": iid}).json()
     assert second["on_path"] is True and second["action"] != first["action"]
