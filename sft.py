@@ -113,6 +113,8 @@ class Config(AgentConfig):
     """instead of training: replay a policy's episodes (eval.py's trajectories.jsonl) and write them to
     <out>/trajectories.jsonl with the expert's reply at every state they reached (DAgger's labels;
     --data then trains on them)"""
+    parallel: int = flag(16, at_least=1)
+    """episodes --relabel replays at once (each an environment instance: a JVM, a browser)"""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -534,7 +536,7 @@ def main(argv=None):
     cfg = parse(Config, argv, description=__doc__.split("\n")[0])
     if cfg.relabel:
         records, diverged = relabel(
-            [r for p in cfg.relabel.split(",") for r in read_records(p)], cfg.env, cfg.url
+            [r for p in cfg.relabel.split(",") for r in read_records(p)], cfg.env, cfg.url, cfg.parallel
         )
         os.makedirs(cfg.out, exist_ok=True)
         with open(os.path.join(cfg.out, "trajectories.jsonl"), "w") as f:

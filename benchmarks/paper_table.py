@@ -38,7 +38,7 @@ FREE = "--mask-actions off --context-turns 0 --max-new-tokens 64"
 # per environment: expert episodes written, demonstrations trained on, test tasks evaluated, the
 # RL horizon (--rounds: one value fixed, several ScalingInter-RL's stages of 4 steps each), the
 # train tasks of each DAgger round (consecutive slices of the train split), RL steps (default 8),
-# the expert's episodes in flight (each a JVM or a browser), and the splits.
+# the environment instances in flight outside RL (each a JVM or a browser), and the splits.
 # SciWorld's whole tasks need 20-30 gold actions: its row is the easier slice of its four find-*
 # tasks (envs.py's find-train / find-test). TextCraft's RL draws depth-1 goals (`rl_splits`: its train
 # split is mostly depth 2-4, which 5 turns cannot craft: every group failed alike, no signal).
@@ -111,7 +111,8 @@ def recipe(env: str, root: str, seeds: list[int], extra: list[str]) -> None:
     train = r.get("train_split", "train")  # the expert's demonstrations and DAgger's states
     rl_train, test = r.get("rl_splits", (train, r.get("test_split", "test")))
     sft = "--batch-size 8 --lr 1e-4 --mask-actions off --context-turns 0"
-    expert = f"--expert on --split {train} --limit {r['expert']} --parallel {r.get('parallel', 64)}"
+    inflight = r.get("parallel", 64)  # environment instances at once in the expert's and DAgger's stages
+    expert = f"--expert on --split {train} --limit {r['expert']} --parallel {inflight}"
     stage(d, "demos", f"eval.py --env {env} {expert} --out {d}/demos")
     stage(d, "base", f"eval.py --model smollm2 --env {env} --split {test} --limit {r['test']} "
                      f"--max-turns {turns} {FREE} --out {d}/base", extra)  # fmt: skip
@@ -124,9 +125,12 @@ def recipe(env: str, root: str, seeds: list[int], extra: list[str]) -> None:
     for k, n in enumerate(r["dagger"], start=1):  # round k: the last checkpoint's own episodes on the
         name = "dagger" if k == 1 else f"dagger{k}"  # next n train tasks, labelled by the expert
         ids = ",".join(map(str, split_ids(env, train)[sum(r["dagger"][: k - 1]) :][:n]))
-        stage(d, f"{name}_policy", f"eval.py --model {start} --env {env} --task-ids {ids} "
-                                   f"--max-turns {turns} {FREE} --out {d}/{name}_policy", extra)  # fmt: skip
-        relabel = f"sft.py --env {env} --relabel {d}/{name}_policy/trajectories.jsonl --out {d}/{name}"
+        policy = f"eval.py --model {start} --env {env} --task-ids {ids} --parallel {inflight}"
+        stage(d, f"{name}_policy", f"{policy} --max-turns {turns} {FREE} --out {d}/{name}_policy", extra)
+        relabel = (
+            f"sft.py --env {env} --relabel {d}/{name}_policy/trajectories.jsonl --out {d}/{name} "
+            f"--parallel {inflight}"
+        )
         stage(d, name, relabel, done=f"{d}/{name}/trajectories.jsonl")
         labels.append(f"{d}/{name}/trajectories.jsonl")
         stage(d, f"sft{k + 1}", f"sft.py --model {start} --env {env} --epochs 1 {sft} --out {d}/sft{k + 1} "
