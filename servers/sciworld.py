@@ -36,9 +36,11 @@ ScienceWorld's own gold path of the loaded variation (`getGoldActionSequence`). 
 by this process): the task is loaded again with `generateGoldPath` and the episode's actions are
 replayed (a variation's world is the same at every load), so the agent's state is unchanged. The expert
 answers the gold action after the
-last one the agent followed; pure observations (`look ...`, `inventory`, `task`) and actions the
-simulator did not carry out (`No known action matches that input.`) between them do not leave the
-path, any other action does: from then on the expert still answers the next gold action, with
+last one the agent followed. Between them, pure observations (`look ...`, `inventory`, `task`),
+actions the simulator did not carry out (`No known action matches that input.`) and opening doors
+do not leave the path. Walking elsewhere (`go to` another room) does not either: the expert walks
+back the way the agent came (`go to` the room it came from), then answers the gold path again. Any
+other action leaves the path: from then on the expert still answers the next gold action, with
 `on_path: false` (it may no longer apply). Past the gold path's end it answers `look
 around` (docs/experts.md).
 
@@ -107,6 +109,7 @@ MAX_LISTED = 200  # valid actions listed by `check valid actions` (all of them: 
 GOLD_PATHS: dict[tuple[str, int], list[str]] = {}  # (task, variation) -> its gold path, once generated
 OBSERVING = ("look around", "look at ", "look in ", "inventory", "task")  # actions that change nothing
 NO_MATCH = "No known action matches that input"  # the simulator's answer to an action it did not parse
+HARMLESS = OBSERVING + ("open door to ",)  # off the gold path, these leave nothing in its way
 
 
 def split_ranges() -> dict[str, list[tuple[int, int]]]:
@@ -131,7 +134,9 @@ class SciWorldEnv:
         self.last, self.task_description = "", ""
         self.score, self.moves, self.done, self.failed = 0, 0, False, False
         self.history: list[str] = []  # the actions of this episode, for the expert's replay
-        self.carried_out: list[str] = []  # those the simulator parsed and did, for the expert's `follow`
+        self.carried_out: list[tuple[str, str, str]] = []  # (action, room before, room after) of those
+        # the simulator did, for the expert's `follow`
+        self.room = ""  # the agent's room, from the simulator's answers
         self.gold: list[str] | None = None  # the gold path, once the expert was asked
 
     # --- the JVM --------------------------------------------------------------------------
@@ -191,7 +196,7 @@ class SciWorldEnv:
         self._call("load", name, variation, "", False)
         self.game = (name, variation, split)
         self.score, self.moves, self.done, self.failed = 0, 0, False, False
-        self.history, self.carried_out, self.gold = [], [], None
+        self.history, self.carried_out, self.gold, self.room = [], [], None, ""
         self.task_description = self._call("getTaskDescription")
         # AgentGym's first move after loading. As on AgentGym's server, `observation` is its answer
         # alone: AgentGym's client (and envs.py) show `task_description + "\n" + observation`.
@@ -212,7 +217,8 @@ class SciWorldEnv:
         self.last = self._call("step", action)
         self.history.append(action)
         if NO_MATCH not in self.last:
-            self.carried_out.append(action)
+            before, self.room = self.room, room_of(self.last, self.room)
+            self.carried_out.append((action, before, self.room))
         # The simulator's own score, completion and move count; no look/inventory/valid list.
         raw = int(round(100 * self._call("getScore")))
         self.moves = self._call("getNumMoves")
@@ -245,7 +251,13 @@ class SciWorldEnv:
         self._need_game()
         if self.gold is None:
             self.gold = self._gold_path()
-        pos, on_path = follow(self.gold, self.carried_out[1:])  # ([0]: the reset's `look around`)
+        pos, back, on_path = follow(self.gold, self.carried_out[1:])  # ([0]: the reset's `look around`)
+        if back:
+            return {
+                "action": f"go to {back}",
+                "on_path": False,
+                "thought": f"I took a wrong turn; I go back to the {back}.",
+            }
         if pos >= len(self.gold):
             return {
                 "action": "look around",
@@ -314,17 +326,36 @@ class SciWorldEnv:
             raise EnvError("reset the instance first")
 
 
-def follow(gold: list[str], taken: list[str]) -> tuple[int, bool]:
-    """(how many gold actions `taken` followed, whether it stayed on the path): observations
-    between gold actions are allowed; any other action leaves the path."""
-    pos = 0
-    for a in taken:
+def follow(gold: list[str], taken: list[tuple[str, str, str]]) -> tuple[int, str, bool]:
+    """(how many gold actions `taken` followed, the room to walk back to first ("": none), whether
+    it stayed on the path), over the (action, room before, room after) the simulator carried out.
+    Harmless actions between gold actions are allowed; a walk elsewhere is retraced (each `go to`
+    off the path pushes the room it left; a `go to` back into one of those rooms drops it and all
+    above it); anything else leaves the path."""
+    pos, trail = 0, []  # trail: the rooms the agent left off the path, the last one on top
+    for a, before, after in taken:
         a = " ".join(a.lower().split())
-        if pos < len(gold) and a == " ".join(gold[pos].lower().split()):
+        if not trail and pos < len(gold) and a == " ".join(gold[pos].lower().split()):
             pos += 1
-        elif not a.startswith(OBSERVING):
-            return pos, False
-    return pos, True
+        elif a.startswith("go to ") and before and after:
+            if after in trail:
+                del trail[trail.index(after) :]
+            elif after != before:
+                trail.append(before)
+        elif not a.startswith(HARMLESS):
+            return pos, "", False
+    return pos, trail[-1] if trail else "", True
+
+
+def room_of(answer: str, room: str) -> str:
+    """The agent's room after the simulator's `answer` (`room` if it does not say): `You move to
+    the X.` after a walk, `This room is called the X.` (`This outside location is called the X.`)
+    after a look around."""
+    answer = answer.strip()
+    m = re.match(r"You move to the (.+?)\.", answer) or re.match(
+        r"This (?:room|outside location) is called the (.+?)\.", answer
+    )
+    return m.group(1) if m else room
 
 
 def gold_thought(action: str) -> str:

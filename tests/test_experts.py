@@ -165,15 +165,22 @@ def test_sciworld_expert_follows_the_gold_path_to_score_100(sciworld):
 
 
 def test_sciworld_expert_says_when_the_agent_left_the_gold_path(sciworld):
+    """data_idx 525 starts in the hallway; its gold path begins with `open door to kitchen`."""
     iid = requests.post(sciworld + "/create", json={}).json()["id"]
+    expert = lambda: requests.post(sciworld + "/expert", json={"id": iid}).json()  # noqa: E731
+    step = lambda a: requests.post(sciworld + "/step", json={"id": iid, "action": a}).json()  # noqa: E731
     requests.post(sciworld + "/reset", json={"id": iid, "data_idx": 525})
-    first = requests.post(sciworld + "/expert", json={"id": iid}).json()
-    assert first["on_path"] is True
-    requests.post(sciworld + "/step", json={"id": iid, "action": "look around"})  # an observation: on path
-    assert requests.post(sciworld + "/expert", json={"id": iid}).json() == first
-    no_match = requests.post(sciworld + "/step", json={"id": iid, "action": "fly to the moon"}).json()
-    assert "No known action matches" in no_match["observation"]  # not carried out: still on the path
-    assert requests.post(sciworld + "/expert", json={"id": iid}).json() == first
+    first = expert()
+    assert first == {**first, "action": "open door to kitchen", "on_path": True}
+    step("look around")  # an observation: on the path
+    assert expert() == first
+    assert "No known action matches" in step("fly to the moon")["observation"]  # not carried out
+    assert expert() == first
+    step("open door to bedroom")  # opening a door leaves nothing in the path's way
+    step("go to bedroom")  # a walk elsewhere: the expert walks back first
+    assert expert()["action"] == "go to hallway" and not expert()["on_path"]
+    assert step("go to hallway")["observation"] == "You move to the hallway."
+    assert expert() == first
     requests.post(sciworld + "/step", json={"id": iid, "action": first["action"]})
     second = requests.post(sciworld + "/expert", json={"id": iid}).json()
     assert second["on_path"] is True and second["action"] != first["action"]
