@@ -489,12 +489,14 @@ def valid_replies(records: list[dict], env: str) -> tuple[int, int]:
 
 
 def relabel(records: list[dict], env: str, url: str = "", parallel: int = 16) -> tuple[list[dict], int]:
-    """DAgger's relabelling (Ross, Gordon and Bagnell, 2011): each of a policy's episodes replayed
-    on a fresh instance of its task, the expert (POST /expert) asked at every state the policy
-    reached, before the policy's own action is taken again. The environments are deterministic per
-    task, so the replay sees what the policy saw; it is checked: where an observation differs from
-    the recorded one, that episode's labels stop. Returns the records, each with `expert` (the
-    expert's reply per turn, in the environment's format), and how many replays diverged."""
+    """DAgger's relabelling (Ross, Gordon and Bagnell, 2011): each of a policy's episodes replayed on a
+    fresh instance of its task, the expert (POST /expert) asked at every state the policy reached,
+    before the policy's own action is taken again. The environments are deterministic per task, so
+    the replay sees what the policy saw; it is checked: where an observation differs from the
+    recorded one, that episode's labels stop. They stop too where the expert says its answer is a
+    guess (`stale`: SciWorld's gold action after the agent left its path). Returns the records, each
+    with `expert` (the expert's reply per turn, in the environment's format), and how many replays
+    diverged."""
     spec, records = ENVS[env], [dict(r) for r in records]
     if not records:
         return [], 0
@@ -515,8 +517,9 @@ def relabel(records: list[dict], env: str, url: str = "", parallel: int = 16) ->
                     diverged += 1
             for k in range(max((len(r["actions"]) for r in chunk), default=0)):
                 advice = pool.expert(live)
+                advice = [{"error": "stale"} if a.get("stale") else a for a in advice]
                 for i, a in zip(live, advice):
-                    if not a.get("error"):  # (a failed /expert ends that episode's labels)
+                    if not a.get("error"):  # (a failed or stale /expert ends that episode's labels)
                         chunk[i]["expert"].append(spec.write_reply(a.get("thought", ""), a["action"]))
                 live = [
                     i for i, a in zip(live, advice) if not a.get("error") and k + 1 < len(chunk[i]["actions"])

@@ -34,15 +34,15 @@ The expert (`POST /expert`, servers/common.py; the trainer's, never the agent's)
 ScienceWorld's own gold path of the loaded variation (`getGoldActionSequence`). Generating it takes
 3-30 s, so it happens only when the expert is first asked about a variation (the path is then kept
 by this process): the task is loaded again with `generateGoldPath` and the episode's actions are
-replayed (a variation's world is the same at every load), so the agent's state is unchanged. The expert
-answers the gold action after the
-last one the agent followed. Between them, pure observations (`look ...`, `inventory`, `task`),
-actions the simulator did not carry out (`No known action matches that input.`) and opening doors
-do not leave the path. Walking elsewhere (`go to` another room) does not either: the expert walks
-back the way the agent came (`go to` the room it came from), then answers the gold path again. Any
-other action leaves the path: from then on the expert still answers the next gold action, with
-`on_path: false` (it may no longer apply). Past the gold path's end it answers `look
-around` (docs/experts.md).
+replayed (a variation's world is the same at every load), so the agent's state is unchanged. The
+expert answers the gold action after the last one the agent followed. Between them, pure
+observations (`look ...`, `inventory`, `task`), actions the simulator did not carry out (`No known
+action matches that input.`) and opening doors do not leave the path. Walking elsewhere (`go to`
+another room) does not either: the expert walks back the way the agent came (`go to` the room it
+came from), then answers the gold path again. Any other action leaves the path: from then on the
+expert still answers the next gold action, with `on_path: false` and `stale: true` (it may no longer
+apply; DAgger's relabelling stops there). Past the gold path's end it answers `look around`
+(docs/experts.md).
 
 A JVM that dies (killed, out of memory) makes its instance answer a 503 JSON error that says so;
 the server and the other instances keep going, and the next `/reset` of that instance (or a new
@@ -262,10 +262,12 @@ class SciWorldEnv:
             return {
                 "action": "look around",
                 "on_path": False,
+                "stale": True,
                 "thought": "My plan is done but the task is not; I look around.",
             }
         action = self.gold[pos]
-        return {"action": action, "thought": gold_thought(action), "on_path": on_path}
+        stale = {} if on_path else {"stale": True}  # the next gold action, which may no longer apply
+        return {"action": action, "thought": gold_thought(action), "on_path": on_path, **stale}
 
     def _gold_path(self) -> list[str]:
         """The variation's gold path: from this process's cache, else by loading the variation again

@@ -184,9 +184,31 @@ def test_sciworld_expert_says_when_the_agent_left_the_gold_path(sciworld):
     requests.post(sciworld + "/step", json={"id": iid, "action": first["action"]})
     second = requests.post(sciworld + "/expert", json={"id": iid}).json()
     assert second["on_path"] is True and second["action"] != first["action"]
+    assert "stale" not in first and "stale" not in second
     requests.post(sciworld + "/step", json={"id": iid, "action": "wait1"})  # changes the world: off the path
-    assert requests.post(sciworld + "/expert", json={"id": iid}).json()["on_path"] is False
+    lost = requests.post(sciworld + "/expert", json={"id": iid}).json()
+    assert lost["on_path"] is False and lost["stale"] is True
     requests.post(sciworld + "/close", json={"id": iid})
+
+
+def test_dagger_relabelling_stops_where_the_sciworld_expert_only_guesses(sciworld):
+    """sft.relabel labels the states the expert has a plan for and stops at its first `stale`
+    answer: after `wait1` (off the gold path for good) nothing more of the episode is labelled."""
+    import sft
+    from envs import close_pool, open_pool
+
+    actions = ["look around", "wait1", "look around"]
+    pool = open_pool("sciworld", size=1, url=sciworld)
+    try:
+        observations = [pool.reset([0], [525])[0]["observation"]]
+        observations += [pool.step([0], [a])[0]["observation"] for a in actions]
+    finally:
+        close_pool(pool)
+    (out,), diverged = sft.relabel(
+        [dict(task=525, actions=actions, observations=observations)], "sciworld", sciworld
+    )
+    assert diverged == 0
+    assert [ENVS["sciworld"].parse_action(r) for r in out["expert"]] == ["open door to kitchen"] * 2
 
 
 needs_chromium = pytest.mark.skipif(
