@@ -134,8 +134,8 @@ class SciWorldEnv:
         self.last, self.task_description = "", ""
         self.score, self.moves, self.done, self.failed = 0, 0, False, False
         self.history: list[str] = []  # the actions of this episode, for the expert's replay
-        self.carried_out: list[tuple[str, str, str]] = []  # (action, room before, room after) of those
-        # the simulator did, for the expert's `follow`
+        # (action, room before, room after) of each action the simulator carried out: the expert's `follow`
+        self.carried_out: list[tuple[str, str, str]] = []
         self.room = ""  # the agent's room, from the simulator's answers
         self.gold: list[str] | None = None  # the gold path, once the expert was asked
 
