@@ -52,9 +52,10 @@ may hold a `reference_solution` (every offline task does; tests/test_webarena.py
 scores 1 with the task's own evaluator): a list of steps, each `["click"|"hover", role, name]`,
 `["type", role, name, text, enter]` (the element found by role and name on the current page) or
 a literal action (`"stop [6]"`). The server notes at every executed action whether it was the next
-reference step; the expert answers that next step. Once the agent left the path, the expert's
-answer is `goto [start_url]`, which puts the reference solution back at its first step
-(docs/experts.md). A task without a reference solution has no expert (404).
+reference step; the expert answers that next step. Once the agent left the path by one click or
+`goto` that led to another page, the expert answers `go_back`, which brings it back onto the path
+where it left; after any other detour, `goto [start_url]`, which puts the reference solution back
+at its first step (docs/experts.md). A task without a reference solution has no expert (404).
 
 One Chromium process is shared by all instances (headless, no sandbox, no background networking);
 each instance owns one browser context, closed on /close; a crashed browser is launched again at
@@ -107,6 +108,7 @@ MAX_TREE_CHARS = 12000
 MAX_AVAILABLE = 64
 MAX_TYPE_CHARS = 2000  # text one `type` may enter (typing runs ~3,000 characters a second)
 MAX_ARG_CHARS = 2048  # a URL for `goto`, the keys for `press`
+LEAVING = ("click", "goto")  # off the expert's path, the actions whose new page `go_back` undoes
 ACTION_SECONDS = float(os.environ.get("WEBARENA_ACTION_SECONDS", 20))  # one action's browser work
 BROWSER_SECONDS = 40.0  # a whole reset or step on the browser thread (below servers/common.py's limit)
 
@@ -475,6 +477,10 @@ class WebArenaEnv:
         self.refused: list[str] = []  # what the browser was kept from since the last answer
         self.judge = webarena_eval.load_judge()
         self.ref_pos, self.off_path = 0, False  # the expert's place in the task's reference solution
+        self.detour: tuple[str, list[str]] = (
+            "",
+            [],
+        )  # off the path: the URL where it was left, actions since
 
     # --- the protocol (request threads) ----------------------------------------------------
 
@@ -527,7 +533,7 @@ class WebArenaEnv:
             await page.goto(url)
             self.active = len(self.pages) - 1
         self.task, self.previous, self.done, self.score = config, "None", False, 0.0
-        self.ref_pos, self.off_path = 0, False
+        self.ref_pos, self.off_path, self.detour = 0, False, ("", [])
         await self._observe()
         self.refused = []
         return self._answer(
@@ -763,21 +769,38 @@ class WebArenaEnv:
         reference step? A `goto` to the start page puts the reference back at its first step."""
         solution = self.task.get("reference_solution") or []
         if name == "goto" and args[0] == self._start_url():
-            self.ref_pos, self.off_path = 0, False
+            self.ref_pos, self.off_path, self.detour = 0, False, ("", [])
             return
-        on = not self.off_path and self.ref_pos < len(solution)
-        step = self._reference_step(self.ref_pos) if on else None
+        self._settle()
+        if self.off_path:
+            self.detour[1].append(name)
+            return
+        step = self._reference_step(self.ref_pos) if self.ref_pos < len(solution) else None
         if step is not None and parse_action(f"```{step}```") == (name, args):
             self.ref_pos += 1
         else:
-            self.off_path = True
+            self.off_path, self.detour = True, (self.page.url, [name])
+
+    def _settle(self) -> None:
+        """Back on the path: the detour was one page away and `go_back` returned to where it began."""
+        left, since = self.detour
+        if self.off_path and since[1:] == ["go_back"] and since[0] in LEAVING and self.page.url == left:
+            self.off_path, self.detour = False, ("", [])
 
     def expert(self) -> dict:
-        """{"action", "thought", "on_path"}: the next step of the task's reference solution, or
-        `goto [start_url]` once the agent left it."""
+        """{"action", "thought", "on_path"}: the next step of the task's reference solution; once the
+        agent left it, `go_back` where one step back returns to it, else `goto [start_url]`."""
         solution = self.task.get("reference_solution")
         if not solution:
             raise EnvError(f"task {self.task.get('task_id')} has no reference solution, so no expert", 404)
+        self._settle()
+        left, since = self.detour
+        if self.off_path and len(since) == 1 and since[0] in LEAVING and self.page.url != left:
+            return {
+                "action": "```go_back```",
+                "on_path": False,
+                "thought": "This page is not on my way; I go back to the page before.",
+            }
         step = None if self.off_path or self.ref_pos >= len(solution) else self._reference_step(self.ref_pos)
         if step is None:
             return {

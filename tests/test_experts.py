@@ -248,6 +248,33 @@ def test_webarena_expert_starts_again_after_the_agent_left_its_path(webarena):
     requests.post(webarena + "/close", json={"env_idx": iid})
 
 
+@needs_chromium
+def test_webarena_expert_goes_back_one_page_after_a_wrong_link(webarena):
+    """Task 4's reference clicks the link Kitchen first; after the link Books the expert answers
+    `go_back`, and once back on the start page its reference step again, then solves the task."""
+    import re
+
+    iid = requests.post(webarena + "/create", json={}).json()["id"]
+    expert = lambda: requests.post(webarena + "/expert", json={"env_idx": iid}).json()  # noqa: E731
+    step = lambda a: requests.post(webarena + "/step", json={"env_idx": iid, "action": a}).json()  # noqa: E731
+    obs = requests.post(webarena + "/reset", json={"env_idx": iid, "idx": 4}).json()["observation"]
+    first = expert()
+    assert first["on_path"] and first["action"].startswith("```click [")
+    books = next(i for i, name in re.findall(r"\[(\d+)\] link '([^']*)'", obs) if name == "Books")
+    url = lambda o: re.search(r"URL: (\S+)", o).group(1)  # noqa: E731
+    assert url(step(f"```click [{books}]```")["observation"]) != url(obs)  # another page
+    back = expert()
+    assert back == {**back, "action": "```go_back```", "on_path": False}
+    step(back["action"])
+    assert expert() == first
+    for _ in range(5):
+        r = step(expert()["action"])
+        if r["done"]:
+            break
+    assert r["done"] and r["reward"] == 1.0
+    requests.post(webarena + "/close", json={"env_idx": iid})
+
+
 # ---------------------------------------------------------------------------------------------
 # Bad input: the same answers as every other endpoint
 # ---------------------------------------------------------------------------------------------
