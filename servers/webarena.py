@@ -477,10 +477,8 @@ class WebArenaEnv:
         self.refused: list[str] = []  # what the browser was kept from since the last answer
         self.judge = webarena_eval.load_judge()
         self.ref_pos, self.off_path = 0, False  # the expert's place in the task's reference solution
-        self.detour: tuple[str, list[str]] = (
-            "",
-            [],
-        )  # off the path: the URL where it was left, actions since
+        # off the path: the URL where the agent left it, and the actions it took since
+        self.detour: tuple[str, list[str]] = ("", [])
 
     # --- the protocol (request threads) ----------------------------------------------------
 
