@@ -136,7 +136,6 @@ class SciWorldEnv:
         self.history: list[str] = []  # the actions of this episode, for the expert's replay
         # (action, room before, room after) of each action the simulator carried out: the expert's `follow`
         self.carried_out: list[tuple[str, str, str]] = []
-        self.room = ""  # the agent's room, from the simulator's answers
         self.gold: list[str] | None = None  # the gold path, once the expert was asked
 
     # --- the JVM --------------------------------------------------------------------------
@@ -196,7 +195,7 @@ class SciWorldEnv:
         self._call("load", name, variation, "", False)
         self.game = (name, variation, split)
         self.score, self.moves, self.done, self.failed = 0, 0, False, False
-        self.history, self.carried_out, self.gold, self.room = [], [], None, ""
+        self.history, self.carried_out, self.gold = [], [], None
         self.task_description = self._call("getTaskDescription")
         # AgentGym's first move after loading. As on AgentGym's server, `observation` is its answer
         # alone: AgentGym's client (and envs.py) show `task_description + "\n" + observation`.
@@ -217,8 +216,8 @@ class SciWorldEnv:
         self.last = self._call("step", action)
         self.history.append(action)
         if NO_MATCH not in self.last:
-            before, self.room = self.room, room_of(self.last, self.room)
-            self.carried_out.append((action, before, self.room))
+            before = self.carried_out[-1][2] if self.carried_out else ""  # the agent's room
+            self.carried_out.append((action, before, room_of(self.last, before)))
         # The simulator's own score, completion and move count; no look/inventory/valid list.
         raw = int(round(100 * self._call("getScore")))
         self.moves = self._call("getNumMoves")
