@@ -9,6 +9,7 @@ skipped when its output exists (an interrupted recipe continues where it stopped
     python benchmarks/paper_table.py --env babyai                 # demos, base, SFT, DAgger, RL x 2 seeds
     python benchmarks/paper_table.py --env searchqa --seeds 0     # one seed
     python benchmarks/paper_table.py --env textcraft --dagger 32,64 --seeds ""   # two DAgger rounds, no RL
+    python benchmarks/paper_table.py --env textcraft --demos 256 --seeds ""      # SFT on 256 demonstrations
     python benchmarks/paper_table.py --table                      # the table from what is in --root
 
 Stages (under --root/<env>/): demos/ (the expert on the train split, eval.py --expert on),
@@ -235,12 +236,20 @@ def main(argv=None):
     p.add_argument(
         "--dagger", help="train tasks per DAgger round instead of the recipe's (e.g. 32,64; '': none)"
     )
+    p.add_argument(
+        "--demos",
+        type=int,
+        help="demonstrations SFT trains on instead of the recipe's (the expert writes N + N/4)",
+    )
     p.add_argument("--table", action="store_true", help="print the table (also written to <root>/table.md)")
     args, extra = p.parse_known_args(argv)  # the rest goes to every model-running command (--threads 1)
     if args.env:
         if args.dagger is not None:
             rounds = [int(n) for n in args.dagger.split(",") if n]
             RECIPES[args.env] = dict(RECIPES[args.env], dagger=rounds)  # this run's recipe only
+        if args.demos:
+            expert = max(RECIPES[args.env]["expert"], args.demos * 5 // 4)
+            RECIPES[args.env] = dict(RECIPES[args.env], demos=args.demos, expert=expert)
         recipe(args.env, args.root, [int(s) for s in args.seeds.split(",") if s], extra)
     if args.table or args.env:
         text = table(args.root)
