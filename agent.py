@@ -39,7 +39,7 @@ import torch.nn.functional as F
 
 from batch import Row
 from envs import EnvPool, EnvSpec
-from machinery.kv_cache import Encoded, prefill, release, reserve, sliding
+from machinery.kv_cache import Decoder, Encoded, prefill, sliding
 from machinery.logprobs import fp32_head
 from machinery.timing import timed
 
@@ -285,38 +285,6 @@ def _allowed(node: dict) -> list[int]:
     return [k for k in node if k is not None]
 
 
-class Decoder:
-    """The one-token forwards of `generate`: each call feeds every row's last sampled token at its
-    stream's next position and returns the next-token logits (B, V). `preallocate`: the cache
-    gets room for `steps` more columns up front (kv_cache.reserve), so that a step writes its
-    column in place instead of copying every layer's cache (the numbers are the same)."""
-
-    def __init__(self, model, state: Encoded, steps: int, preallocate: bool = True):
-        self.model, self.state, self.device = model, state, state.attn.device
-        if preallocate and steps > 0 and state.full_width():
-            reserve(state.cache, steps)
-
-    def __call__(self, nxt: torch.Tensor, was_live: list[int]) -> torch.Tensor:
-        state = self.state
-        # The token each row sampled last; a row that finished before it fed garbage, masked out.
-        real = torch.tensor(was_live, dtype=torch.long, device=self.device)
-        state.attn = torch.cat([state.attn, real.unsqueeze(-1)], dim=1)
-        pos = torch.tensor(state.n, device=self.device).unsqueeze(-1)
-        out = self.model(
-            input_ids=nxt.unsqueeze(-1),
-            attention_mask=state.attn,
-            position_ids=pos,
-            cache=state.cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        state.n = [k + r for k, r in zip(state.n, was_live)]
-        return out.logits[:, -1, :]
-
-    def close(self) -> None:
-        release(self.state.cache)
-
-
 @torch.no_grad()
 def generate(
     policy: Policy,
@@ -390,7 +358,7 @@ def generate(
                 finished[i] = True
         if all(finished):
             break
-    decode.close()
+    state = decode.close()
     for i in range(B):
         if texts[i] is None:
             body = [x for x in out_ids[i] if x not in stops]

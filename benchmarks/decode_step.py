@@ -6,10 +6,10 @@
 
 Builds what `agent.generate` decodes from in the issue-29 setting (SmolLM2-135M with rank-16 LoRA
 adapters, 16 streams, a ~760-column cache), then times `--steps` decode steps the way
-`agent.generate` runs them, for each way the rollout can decode (`agent.Decoder`, `agent.generation_model`),
-interleaved, so that a shared machine's load falls on all alike. Prints milliseconds per step
-against the step's arithmetic (2 x parameters x rows FLOP for the matmuls), the figure a
-well-fed CPU would reach.
+`agent.generate` runs them, for each way the rollout can decode (`kv_cache.Decoder`,
+`agent.generation_model`), interleaved, so that a shared machine's load falls on all alike. Prints
+milliseconds per step against the step's arithmetic (2 x parameters x rows FLOP for the matmuls),
+the figure a well-fed CPU would reach.
 """
 
 import contextlib
@@ -26,7 +26,7 @@ import torch  # noqa: E402
 import agent  # noqa: E402
 from config import AgentConfig, load_agent, parse  # noqa: E402
 from machinery import lora  # noqa: E402
-from machinery.kv_cache import prefill  # noqa: E402
+from machinery.kv_cache import Decoder, prefill  # noqa: E402
 
 
 @dataclass
@@ -88,7 +88,7 @@ def run(policies, cfg, way: str, profile: bool = False) -> float:
         _, state = prefill(model, news, [0] * cfg.rows, None, 0, "cpu")
         for i in range(cfg.rows):
             state.attn[i, : cfg.padding * i] = 0
-        step = agent.Decoder(model, state, cfg.steps, preallocate=way != "plain")
+        step = Decoder(model, state, cfg.steps, preallocate=way != "plain")
         nxt = torch.randint(0, V, (cfg.rows,), generator=g)
         live = [1] * cfg.rows
         step(nxt, live)  # warm-up

@@ -10,6 +10,7 @@ skipped when its output exists (an interrupted recipe continues where it stopped
     python benchmarks/paper_table.py --env searchqa --seeds 0     # one seed
     python benchmarks/paper_table.py --env textcraft --dagger 32,64 --seeds ""   # two DAgger rounds, no RL
     python benchmarks/paper_table.py --env textcraft --demos 256 --seeds ""      # SFT on 256 demonstrations
+    python benchmarks/paper_table.py --env sciworld --demos 160 --rl-steps 16    # 16 RL steps, not 8
     python benchmarks/paper_table.py --table                      # the table from what is in --root
 
 Stages (under --root/<env>/): demos/ (the expert on the train split, eval.py --expert on),
@@ -37,8 +38,8 @@ sys.path.insert(0, ROOT)
 FREE = "--mask-actions off --context-turns 0 --max-new-tokens 64"
 
 # per environment: expert episodes written, demonstrations trained on, test tasks evaluated, the
-# RL horizon (--rounds: one value fixed, several ScalingInter-RL's stages of 4 steps each), the
-# train tasks of each DAgger round (consecutive slices of the train split), RL steps (default 8),
+# RL horizon (--rounds: one value fixed, several ScalingInter-RL's stages sharing the steps evenly),
+# the train tasks of each DAgger round (consecutive slices of the train split), RL steps (default 8),
 # the environment instances in flight outside RL (each a JVM or a browser), and the splits.
 # SciWorld's whole tasks need 20-30 gold actions: its row is the easier slice of its four find-*
 # tasks (envs.py's find-train / find-test). TextCraft's RL draws depth-1 goals (`rl_splits`: its train
@@ -138,8 +139,9 @@ def recipe(env: str, root: str, seeds: list[int], extra: list[str]) -> None:
                                 f"--data {','.join(labels)}", extra)  # fmt: skip
         start = f"{d}/sft{k + 1}/checkpoint"
     steps = r.get("steps", 8)
+    per_stage = steps // len(r["rounds"].split(","))  # ScalingInter-RL's stages share the steps evenly
     rl = (
-        f"train.py --model {start} --env {env} {FREE} --rounds {r['rounds']} --steps-per-stage 4 "
+        f"train.py --model {start} --env {env} {FREE} --rounds {r['rounds']} --steps-per-stage {per_stage} "
         f"--steps {steps} --tasks-per-step 4 --group-size 4 --minibatch-size 16 --micro-batch-size 8 "
         f"--lora-rank 16 --kl-coef 0 --lr 1e-4 --train-split {rl_train} --test-split {test} "
         f"--eval-episodes {r['test']}"
@@ -241,6 +243,9 @@ def main(argv=None):
         type=int,
         help="demonstrations SFT trains on instead of the recipe's (the expert writes N + N/4)",
     )
+    p.add_argument(
+        "--rl-steps", type=int, help="RL steps instead of the recipe's (its stages share them evenly)"
+    )
     p.add_argument("--table", action="store_true", help="print the table (also written to <root>/table.md)")
     args, extra = p.parse_known_args(argv)  # the rest goes to every model-running command (--threads 1)
     if args.env:
@@ -250,6 +255,8 @@ def main(argv=None):
         if args.demos:
             expert = max(RECIPES[args.env]["expert"], args.demos * 5 // 4)
             RECIPES[args.env] = dict(RECIPES[args.env], demos=args.demos, expert=expert)
+        if args.rl_steps:
+            RECIPES[args.env] = dict(RECIPES[args.env], steps=args.rl_steps)
         recipe(args.env, args.root, [int(s) for s in args.seeds.split(",") if s], extra)
     if args.table or args.env:
         text = table(args.root)

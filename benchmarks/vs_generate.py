@@ -139,10 +139,13 @@ def measure(cfg, policy, pool, spec, tasks, groups, ours: list, theirs: list) ->
         ours.append(tm["generate"])
         s, positions, steps = hf_replay(policy, per_turn)
         theirs.append(s)
+        replied = sum(n for work in per_turn for _, n in work)  # tokens sampled for real replies
+        padded = sum(len(work) * max(n for _, n in work) for work in per_turn)  # rows x longest
         print(
             f"repeat {r}: ours {tm['generate']:.1f} s (prefill {tm['prefill']:.1f}, decode "
             f"{tm['decode']:.1f}), generate {s:.1f} s; {sum(map(len, per_turn))} replies, "
-            f"{steps} decode steps, generate's prompt positions {positions}; "
+            f"{steps} decode steps, reply tokens {replied} of the {padded} row-steps generate "
+            f"decodes, generate's prompt positions {positions}; "
             f"load {os.getloadavg()[0]:.2f}",
             flush=True,
         )

@@ -1,10 +1,10 @@
 """The KV cache of a batch of token streams: what a turn's forward encodes, and what it keeps.
 
 Where it sits: `agent.generate()` calls `prefill()` for each turn's prompt tokens and decodes from
-the `Encoded` state it returns; in whole-conversation mode `agent.rollout()` hands that state back
-to the next turn (`Encoded.select` drops the episodes that ended, `Encoded.compact` the holes), so
-that the next turn encodes only the tokens each stream gained. Nothing here samples or knows an
-environment.
+the `Encoded` state it returns, one token a step (`Decoder`); in whole-conversation mode
+`agent.rollout()` hands that state back to the next turn (`Encoded.select` drops the episodes that
+ended, `Encoded.compact` the holes), so that the next turn encodes only the tokens each stream
+gained. Nothing here samples or knows an environment.
 
 Three things keep the prefill's cost (per token, padding included) near the real tokens':
 1. a prompt repeated in the batch (a GRPO group's first turn) is encoded once, its cache rows copied;
@@ -18,6 +18,8 @@ model computes (tests/test_kv_cache.py checks every path against encoding each s
 Decoding appends one column per step. transformers' cache does it by `torch.cat`, copying every
 layer's whole cache each step (16 SmolLM2 streams, 760 columns: 560 MB of copies per step);
 `reserve()` gives each layer room for the reply instead, and a step writes its column in place.
+And a row whose reply has ended stops costing: `Decoder` sets finished rows aside and `join()`s them
+back when the turn's decoding is done.
 """
 
 import copy
@@ -211,22 +213,101 @@ def prefill(model, news, starts, past, pad, device):
         )
         for b in buckets
     ]
+    logits = torch.cat([lg for lg, _ in parts])
+    return logits[_inverse(buckets, device)], join([(b, st) for b, (_, st) in zip(buckets, parts)])
+
+
+def _inverse(parts_rows: list[list[int]], device) -> torch.Tensor:
+    """The index that puts rows listed part after part back in the order 0..B-1."""
+    order = torch.tensor([i for rows in parts_rows for i in rows])
+    inverse = torch.empty(len(order), dtype=torch.long)
+    inverse[order] = torch.arange(len(order))
+    return inverse.to(device)
+
+
+def join(parts: list[tuple[list[int], Encoded]]) -> Encoded:
+    """One state of the rows of `parts` ((the rows' places in the joined batch, their state), the
+    places together 0..B-1), each part left-padded with masked zero columns to the widest. The
+    parts' caches are consumed: the joined one is the last part's cache object, refilled."""
     T = max(st.attn.shape[1] for _, st in parts)
-    inverse = torch.empty(len(news), dtype=torch.long)
-    inverse[torch.tensor([i for b in buckets for i in b])] = torch.arange(len(news))
-    inverse = inverse.to(device)
-    left = lambda x, T=T: (
-        F.pad(x, (0, 0, T - x.shape[-2], 0)) if x.dim() == 4 else F.pad(x, (T - x.shape[-1], 0))
-    )  # noqa: E731
+    inverse = _inverse([rows for rows, _ in parts], parts[0][1].attn.device)
+
+    def left(x):
+        return F.pad(x, (0, 0, T - x.shape[-2], 0)) if x.dim() == 4 else F.pad(x, (T - x.shape[-1], 0))
+
     cache = parts[-1][1].cache
     for layer, *others in zip(cache.layers, *(st.cache.layers for _, st in parts[:-1])):
         group = others + [layer]
         layer.keys = torch.cat([left(g.keys) for g in group])[inverse]
         layer.values = torch.cat([left(g.values) for g in group])[inverse]
     attn = torch.cat([left(st.attn) for _, st in parts])[inverse]
-    logits = torch.cat([lg for lg, _ in parts])[inverse]
-    n = [0] * len(news)
-    for b, (_, st) in zip(buckets, parts):
-        for i, k in zip(b, st.n):
+    n = [0] * len(inverse)
+    for rows, st in parts:
+        for i, k in zip(rows, st.n):
             n[i] = k
-    return logits, Encoded(cache, attn, n)
+    return Encoded(cache, attn, n)
+
+
+class Decoder:
+    """The one-token forwards of `generate`: each call feeds every row's last sampled token at its
+    stream's next position and returns the next-token logits (B, V). `preallocate`: the cache
+    gets room for `steps` more columns up front (kv_cache.reserve), so that a step writes its
+    column in place instead of copying every layer's cache (the numbers are the same).
+    Rows that finished stop costing: once a quarter of the rows still decoded have finished
+    (`DROP_SHARE`), their state is set aside and the forwards go on without them (their logits
+    are zeros); `close()` joins the rows again, in order. transformers' `generate` decodes every
+    row until the longest reply ends; the replies of a batch rarely end together."""
+
+    DROP_SHARE = 0.25
+
+    def __init__(self, model, state: Encoded, steps: int, preallocate: bool = True):
+        self.model, self.state, self.device = model, state, state.attn.device
+        self.B, self.left = len(state.n), steps
+        self.rows = list(range(self.B))  # the rows the forwards still run, in the batch's order
+        self.parked: list[tuple[list[int], Encoded]] = []  # (rows, their state) of finished ones
+        self.preallocate = preallocate and state.full_width()
+        if self.preallocate and steps > 0:
+            reserve(state.cache, steps)
+
+    def __call__(self, nxt: torch.Tensor, was_live: list[int]) -> torch.Tensor:
+        done = [j for j, i in enumerate(self.rows) if not was_live[i]]
+        if self.preallocate and done and len(done) >= self.DROP_SHARE * len(self.rows):
+            self._drop(done)
+        state, rows = self.state, torch.tensor(self.rows, device=self.device)
+        # The token each row sampled last; a row that finished before it fed garbage, masked out.
+        live = [was_live[i] for i in self.rows]
+        real = torch.tensor(live, dtype=torch.long, device=self.device)
+        state.attn = torch.cat([state.attn, real.unsqueeze(-1)], dim=1)
+        pos = torch.tensor(state.n, device=self.device).unsqueeze(-1)
+        out = self.model(
+            input_ids=nxt[rows].unsqueeze(-1),
+            attention_mask=state.attn,
+            position_ids=pos,
+            cache=state.cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        state.n = [k + r for k, r in zip(state.n, live)]
+        self.left -= 1
+        logits = out.logits[:, -1, :]
+        if len(self.rows) == self.B:
+            return logits
+        full = logits.new_zeros((self.B, logits.shape[-1]))
+        full[rows] = logits
+        return full
+
+    def _drop(self, done: list[int]) -> None:
+        """Set the rows at places `done` of the decoded batch aside; go on with the others."""
+        keep = [j for j in range(len(self.rows)) if j not in set(done)]
+        release(self.state.cache)
+        self.parked.append(([self.rows[j] for j in done], self.state.rows(done)))
+        self.state, self.rows = self.state.rows(keep), [self.rows[j] for j in keep]
+        if self.left > 0:
+            reserve(self.state.cache, self.left)
+
+    def close(self) -> Encoded:
+        """The state of all B rows, in order: each stream's context and reply, as in the cache."""
+        release(self.state.cache)
+        if not self.parked:
+            return self.state
+        return join(self.parked + [(self.rows, self.state)])

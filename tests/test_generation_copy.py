@@ -7,9 +7,9 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from agent import Decoder, Policy, generation_model
+from agent import Policy, generation_model
 from machinery import lora
-from machinery.kv_cache import ReservedLayer, prefill
+from machinery.kv_cache import Decoder, ReservedLayer, prefill
 
 
 def lora_policy(dtype: str) -> Policy:
@@ -90,26 +90,35 @@ def test_auto_generates_from_a_copy_in_the_updates_half_precision_on_a_cpu_only(
     assert resolved("float32", "no") == "float32" and resolved("", "bf16") == ""
 
 
-def test_decoding_into_a_reserved_cache_equals_decoding_by_concatenation():
+@pytest.mark.parametrize("way", ["reserved", "reserved, finished rows dropped"])
+def test_decoding_into_a_reserved_cache_equals_decoding_by_concatenation(way, monkeypatch):
+    """Each way's logits for the rows that fed a real token, and the final state, equal plain
+    concatenation's. Dropping: the second call drops row 1 (1 of 3 finished), the fourth row 0."""
     policy = lora_policy("")
     news = [IDS[0].tolist(), IDS[1, :7].tolist(), IDS[2, :10].tolist()]
+    lives = ([1, 1, 1], [1, 0, 1], [1, 0, 1], [0, 0, 1], [0, 0, 1], [0, 0, 1])
     out = {}
-    for preallocate in (True, False):
+    for w in ("concatenation", way):
+        monkeypatch.setattr(Decoder, "DROP_SHARE", 0.25 if "dropped" in w else 2.0)
         with torch.no_grad():
             first, state = prefill(policy.model, news, [0, 0, 0], None, 0, "cpu")
-            step = Decoder(policy.model, state, 5, preallocate=preallocate)
-            assert isinstance(state.cache.layers[0], ReservedLayer) == preallocate
-            nxt, got = first.argmax(-1), [first]
-            # six steps: one past the room reserved for five
-            for live in ([1, 1, 1], [1, 0, 1], [1, 0, 1], [0, 0, 1], [0, 0, 1], [0, 0, 1]):
-                got.append(step(nxt, live))
-                nxt = got[-1].argmax(-1)
-            step.close()
-        out[preallocate] = (torch.stack(got), state.attn, [layer.keys for layer in state.cache.layers])
-    torch.testing.assert_close(out[True][0], out[False][0], atol=1e-5, rtol=0)
-    assert torch.equal(out[True][1], out[False][1])
-    for a, b in zip(out[True][2], out[False][2]):
-        torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+            step = Decoder(policy.model, state, 5, preallocate=w != "concatenation")
+            assert isinstance(state.cache.layers[0], ReservedLayer) == (w != "concatenation")
+            nxt, got = first.argmax(-1), []
+            for live in lives:  # six steps: one past the room reserved for five
+                logits = step(nxt, live)
+                got.append(logits[torch.tensor(live, dtype=torch.bool)])
+                nxt = logits.argmax(-1)
+            assert len(step.rows) == (1 if "dropped" in w else 3)
+            final = step.close().compact()
+        out[w] = (got, final)
+    for a, b in zip(out["concatenation"][0], out[way][0]):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+    (_, plain), (_, other) = out["concatenation"], out[way]
+    assert torch.equal(plain.attn, other.attn) and plain.n == other.n
+    for a, b in zip(plain.cache.layers, other.cache.layers):
+        torch.testing.assert_close(a.keys, b.keys, atol=1e-6, rtol=0)
+        torch.testing.assert_close(a.values, b.values, atol=1e-6, rtol=0)
 
 
 class FSDPLikeWrapper(torch.nn.Module):
