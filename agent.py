@@ -465,6 +465,8 @@ class LastTurns:
 
 
 def _rollout_chunk(policy, pool, spec, tasks, groups, max_turns, batch_size, timings=None, model=None):
+    """One episode per task, all in step: reset; then each turn, every live episode's reply is
+    generated, parsed and sent, and what comes back is recorded, until no episode is live."""
     n = len(tasks)
     slots = list(range(n))
     with timed(timings, "env"):
@@ -473,31 +475,11 @@ def _rollout_chunk(policy, pool, spec, tasks, groups, max_turns, batch_size, tim
     mode = WholeConversation if policy.context_turns == 0 else LastTurns
     memory = [mode(policy) for _ in range(n)]  # the token sequences of each episode
     info = list(first)
-    live = []
-    for i, (tr, r) in enumerate(zip(trajs, first)):
-        tr.category = str(r.get("category", ""))
-        if policy.use_instruction:
-            tr.messages.append({"role": "system", "content": spec.instruction})
-        tr.messages.append({"role": "user", "content": r["observation"]})
-        tr.observations.append(r["observation"])
-        tr.frames.append(r.get("frame", ""))
-        if r.get("error"):
-            tr.error, tr.done = r["error"], True
-            continue
-        live.append(i)
-
-    # Whole-conversation mode keeps each generation batch's KV cache across turns, so a batch is a
-    # fixed set of episodes; otherwise each turn splits the live episodes afresh.
-    reuse = policy.context_turns == 0 and policy.reuse_cache
-    states: list = [None] * len(range(0, n, batch_size))
+    live = [i for i, (tr, r) in enumerate(zip(trajs, first)) if _begin(tr, r, policy, spec)]
+    states: dict = {}  # whole-conversation mode: each generation batch's KV cache across turns
     for turn in range(max_turns):
         if not live:
             break
-        batches = (
-            [list(range(s, s + batch_size)) for s in range(0, n, batch_size)]
-            if reuse
-            else [live[s : s + batch_size] for s in range(0, len(live), batch_size)]
-        )
         with timed(timings, "template"):  # chat template + tokenising the new observations
             contexts = [memory[i].context(trajs[i]) for i in live]
         tries = None
@@ -507,60 +489,21 @@ def _rollout_chunk(policy, pool, spec, tasks, groups, max_turns, batch_size, tim
                     action_trie(policy, info[i].get("available_actions") or ["check available actions"])
                     for i in live
                 ]
-        ids, lp, alw, texts = [], [], [], []
-        at = {i: k for k, i in enumerate(live)}
-        for g, members in enumerate(batches):  # bound the generation batch (memory)
-            rows = [at[i] for i in members if i in at]  # this batch's live episodes, as indices into `live`
-            if not rows:
-                continue
-            past = None
-            if (
-                reuse and states[g] is not None
-            ):  # the cache of the conversation so far, ended episodes dropped
-                held, state = states[g]
-                past = state.select([held.index(live[k]) for k in rows]).compact()
-            with timed(timings, "generate"):
-                out = generate(
-                    policy,
-                    [contexts[k] for k in rows],
-                    [tries[k] for k in rows] if tries else None,
-                    timings,
-                    past=past,
-                    model=model,
-                )
-            if reuse:
-                states[g] = ([live[k] for k in rows], out[4])
-            ids += out[0]
-            lp += out[1]
-            alw += out[2]
-            texts += out[3]
+        ids, lp, alw, texts = _replies(policy, live, contexts, tries, n, batch_size, states, timings, model)
         actions = [spec.parse_action(t) if not policy.mask_actions else t for t in texts]
         with timed(timings, "env"):
             results = pool.step([slots[i] for i in live], actions)
         still = []
         for k, i in enumerate(live):
-            tr, r = trajs[i], results[k]
             memory[i].add_reply(contexts[k], ids[k], lp[k], alw[k])
-            # A reply cut at max_new_tokens is still parsed and sent, as far as it goes (AgentGym).
-            tr.truncated += not (ids[k][-1:] and ids[k][-1] in policy.stop_ids)
-            tr.messages.append({"role": "assistant", "content": texts[k]})
-            tr.actions.append(actions[k])
-            tr.rewards.append(float(r.get("reward", 0.0)))
-            tr.score = float(r.get("score", sum(tr.rewards)))
-            tr.observations.append(r.get("observation", ""))
-            tr.frames.append(r.get("frame", ""))
-            info[i] = r
-            if r.get("error"):
-                tr.error = r["error"]
-            if r.get("done") or r.get("error"):
-                tr.done = bool(r.get("done"))
+            info[i] = results[k]
+            if not _record(trajs[i], results[k], ids[k], texts[k], actions[k], policy):
                 continue
-            tr.messages.append({"role": "user", "content": r.get("observation", "")})
             if turn + 1 < max_turns:
                 # After the last allowed turn the observation is not appended: the sequence
                 # ends on the agent's own last token.
                 with timed(timings, "template"):
-                    memory[i].add_observation(ids[k], r.get("observation", ""))
+                    memory[i].add_observation(ids[k], results[k].get("observation", ""))
             still.append(i)
         live = still
 
@@ -569,6 +512,78 @@ def _rollout_chunk(policy, pool, spec, tasks, groups, max_turns, batch_size, tim
         tr.reward = tr.score / spec.score_scale
         tr.success = tr.reward >= spec.success_at
     return trajs
+
+
+def _begin(tr: Trajectory, r: dict, policy: Policy, spec: EnvSpec) -> bool:
+    """Record an episode's first observation (`r`, the reset's answer); whether it is live."""
+    tr.category = str(r.get("category", ""))
+    if policy.use_instruction:
+        tr.messages.append({"role": "system", "content": spec.instruction})
+    tr.messages.append({"role": "user", "content": r["observation"]})
+    tr.observations.append(r["observation"])
+    tr.frames.append(r.get("frame", ""))
+    if r.get("error"):
+        tr.error, tr.done = r["error"], True
+    return not r.get("error")
+
+
+def _replies(policy, live, contexts, tries, n, batch_size, states, timings, model):
+    """Every live episode's reply (ids, logprobs, allowed, texts), in generation batches of at most
+    `batch_size` episodes (memory). Whole-conversation mode keeps each batch's KV cache across
+    turns in `states` (batch -> (its episodes, their state)), so a batch is a fixed set of
+    episodes; otherwise each turn splits the live episodes afresh."""
+    reuse = policy.context_turns == 0 and policy.reuse_cache
+    batches = (
+        [list(range(s, s + batch_size)) for s in range(0, n, batch_size)]
+        if reuse
+        else [live[s : s + batch_size] for s in range(0, len(live), batch_size)]
+    )
+    ids, lp, alw, texts = [], [], [], []
+    at = {i: k for k, i in enumerate(live)}
+    for g, members in enumerate(batches):
+        rows = [at[i] for i in members if i in at]  # this batch's live episodes, as indices into `live`
+        if not rows:
+            continue
+        past = None
+        if reuse and g in states:  # the cache of the conversation so far, ended episodes dropped
+            held, state = states[g]
+            past = state.select([held.index(live[k]) for k in rows]).compact()
+        with timed(timings, "generate"):
+            out = generate(
+                policy,
+                [contexts[k] for k in rows],
+                [tries[k] for k in rows] if tries else None,
+                timings,
+                past=past,
+                model=model,
+            )
+        if reuse:
+            states[g] = ([live[k] for k in rows], out[4])
+        ids += out[0]
+        lp += out[1]
+        alw += out[2]
+        texts += out[3]
+    return ids, lp, alw, texts
+
+
+def _record(tr: Trajectory, r: dict, ids: list[int], text: str, action: str, policy: Policy) -> bool:
+    """Record one turn of an episode: its reply and the environment's answer `r`; whether the
+    episode goes on (then its next observation is the conversation's next user message)."""
+    # A reply cut at max_new_tokens is still parsed and sent, as far as it goes (AgentGym).
+    tr.truncated += not (ids[-1:] and ids[-1] in policy.stop_ids)
+    tr.messages.append({"role": "assistant", "content": text})
+    tr.actions.append(action)
+    tr.rewards.append(float(r.get("reward", 0.0)))
+    tr.score = float(r.get("score", sum(tr.rewards)))
+    tr.observations.append(r.get("observation", ""))
+    tr.frames.append(r.get("frame", ""))
+    if r.get("error"):
+        tr.error = r["error"]
+    if r.get("done") or r.get("error"):
+        tr.done = bool(r.get("done"))
+        return False
+    tr.messages.append({"role": "user", "content": r.get("observation", "")})
+    return True
 
 
 def _window(messages: list[dict], k: int) -> list[dict]:

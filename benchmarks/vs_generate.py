@@ -28,6 +28,7 @@ import torch  # noqa: E402
 from agent import generation_model, rollout  # noqa: E402
 from config import AgentConfig, autocast, flag, load_agent, parse, set_threads  # noqa: E402
 from envs import ENVS, close_pool, open_pool  # noqa: E402
+from machinery.kv_cache import Decoder  # noqa: E402
 
 
 @dataclass
@@ -50,6 +51,9 @@ class VsConfig(AgentConfig):
     """turns per episode"""
     repeats: int = 2
     """interleaved repeats of the two ways"""
+    drop_finished: bool = True
+    """set finished rows aside while decoding (kv_cache.Decoder); off: every row decodes until the
+    turn's longest reply ends, as in `generate`"""
     mixed_precision: str = flag("no", choices=("no", "bf16"))
     """bf16: both ways under bf16 autocast, as train.py's rollout on a CPU with bf16 instructions, and
     both on the same model, the rollout's bf16 generation copy (config.generation_dtype)"""
@@ -107,6 +111,8 @@ def hf_replay(policy, per_turn) -> tuple[float, int, int]:
 
 def main(cfg: VsConfig):
     set_threads(cfg, "cpu")
+    if not cfg.drop_finished:
+        Decoder.DROP_SHARE = float("inf")
     spec = ENVS["babyai"]
     policy = load_agent(cfg, "cpu")
     policy.model.eval()
