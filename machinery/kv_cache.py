@@ -268,10 +268,11 @@ class Decoder:
         self.preallocate = preallocate and state.full_width()
         if self.preallocate and steps > 0:
             reserve(state.cache, steps)
+        self.drops = self.preallocate and not sliding(model)  # a window's caches cannot be joined
 
     def __call__(self, nxt: torch.Tensor, was_live: list[int]) -> torch.Tensor:
         done = [j for j, i in enumerate(self.rows) if not was_live[i]]
-        if self.preallocate and done and len(done) >= self.DROP_SHARE * len(self.rows):
+        if self.drops and done and len(done) >= self.DROP_SHARE * len(self.rows):
             self._drop(done)
         state, rows = self.state, torch.tensor(self.rows, device=self.device)
         # The token each row sampled last; a row that finished before it fed garbage, masked out.
