@@ -10,7 +10,7 @@ skipped when its output exists (an interrupted recipe continues where it stopped
     python benchmarks/paper_table.py --env searchqa --seeds 0     # one seed
     python benchmarks/paper_table.py --env textcraft --dagger 32,64 --seeds ""   # two DAgger rounds, no RL
     python benchmarks/paper_table.py --env textcraft --demos 256 --seeds ""      # SFT on 256 demonstrations
-    python benchmarks/paper_table.py --env sciworld --demos 160 --rl-steps 16    # 16 RL steps, not 8
+    python benchmarks/paper_table.py --env sciworld --rl-steps 16                 # 16 RL steps, not 8
     python benchmarks/paper_table.py --table                      # the table from what is in --root
 
 Stages (under --root/<env>/): demos/ (the expert on the train split, eval.py --expert on),
@@ -52,8 +52,8 @@ RECIPES = {
     "searchqa": dict(expert=80, demos=64, test=60, rounds="5", dagger=[], steps=16),
     "webarena": dict(expert=28, demos=28, test=7, rounds="5", dagger=[28], parallel=4),
     "sciworld": dict(
-        expert=80,
-        demos=64,
+        expert=200,
+        demos=160,
         test=20,
         rounds="5,10",
         dagger=[],

@@ -89,3 +89,16 @@ def test_dagger_rounds_take_the_next_train_tasks_and_train_on_every_rounds_label
         in cmd["sft3"]
     )
     assert f"--model {d}/sft3/checkpoint" in cmd["rl_s0"]
+
+
+def test_rl_steps_are_shared_evenly_by_scaling_inter_rls_stages(tmp_path, monkeypatch):
+    """`--rl-steps 16` on SciWorld's two-stage horizon (5, then 10 turns): 8 steps a stage."""
+    import paper_table
+
+    calls = []
+    monkeypatch.setattr(
+        paper_table, "stage", lambda root, name, command, extra=(), done="": calls.append((name, command))
+    )
+    monkeypatch.setitem(paper_table.RECIPES, "sciworld", dict(paper_table.RECIPES["sciworld"]))
+    paper_table.main(["--env", "sciworld", "--rl-steps", "16", "--seeds", "0", "--root", str(tmp_path)])
+    assert "--rounds 5,10 --steps-per-stage 8 --steps 16 " in dict(calls)["rl_s0"]
