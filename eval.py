@@ -405,58 +405,55 @@ def main(argv=None):
         create={"render": True} if cfg.render else None,
     )
     try:
-        if cfg.expert:  # (one process: the expert needs no accelerator)
-            trajs = expert_rollout(
-                pool,
-                spec,
-                [t for t in tasks for _ in range(cfg.n_samples)],
-                cfg.max_turns or spec.default_horizon,
-            )
-            summary = summarise(trajs, cfg.n_samples)
-        else:
-            with autocast(
-                cfg.mixed_precision, here.device
-            ):  # generate in the precision the policy trained in
-                if cfg.sweep_max_turns:
-                    rows = sweep_max_turns(
-                        policy,
-                        pool,
-                        spec,
-                        tasks,
-                        [int(h) for h in cfg.sweep_max_turns.split(",")],
-                        cfg.n_samples,
-                        cfg.generation_batch_size,
-                    )
-                else:
-                    summary, trajs = evaluate(
-                        policy,
-                        pool,
-                        spec,
-                        tasks,
-                        cfg.n_samples,
-                        cfg.max_turns or spec.default_horizon,
-                        batch_size=cfg.generation_batch_size,
-                    )
+        result = run(cfg, policy, pool, spec, tasks, here.device)
     finally:
         close_pool(pool)
     if not dist.is_main():  # every process has every episode (dist.gather); the main one writes
-        return rows if cfg.sweep_max_turns else summary
+        return result if cfg.sweep_max_turns else result[0]
     if cfg.sweep_max_turns:
-        with open(os.path.join(cfg.out, "sweep.json"), "w") as f:
-            json.dump(
-                {"model": cfg.model, "env": cfg.env, "tasks": describe_tasks(cfg, len(tasks)), "sweep": rows},
-                f,
-                indent=2,
+        return write_sweep(cfg, result, len(tasks))
+    return write_evaluation(cfg, *result, len(tasks))
+
+
+def run(cfg: EvalConfig, policy, pool, spec, tasks: list[int], device):
+    """The episodes: (summary, trajectories) of the expert or the policy, or a --sweep-max-turns's rows."""
+    if cfg.expert:  # (one process: the expert needs no accelerator)
+        samples = [t for t in tasks for _ in range(cfg.n_samples)]
+        trajs = expert_rollout(pool, spec, samples, cfg.max_turns or spec.default_horizon)
+        return summarise(trajs, cfg.n_samples), trajs
+    with autocast(cfg.mixed_precision, device):  # generate in the precision the policy trained in
+        if cfg.sweep_max_turns:
+            horizons = [int(h) for h in cfg.sweep_max_turns.split(",")]
+            return sweep_max_turns(
+                policy, pool, spec, tasks, horizons, cfg.n_samples, cfg.generation_batch_size
             )
-        plot_sweep({cfg.model: rows}, os.path.join(cfg.out, "sweep.png"))
-        for r in rows:
-            print(
-                f"max turns {r['max_turns']:>3}: success {r['success_rate']:.3f}  turns {r['avg_turns']:.2f}"
-                f"  cut by the limit {r['cut_share']:.3f}"
-            )
-        return rows
+        horizon = cfg.max_turns or spec.default_horizon
+        return evaluate(
+            policy, pool, spec, tasks, cfg.n_samples, horizon, batch_size=cfg.generation_batch_size
+        )
+
+
+def write_sweep(cfg: EvalConfig, rows: list[dict], n_tasks: int) -> list[dict]:
+    """sweep.json and sweep.png under --out, and a line per horizon."""
+    with open(os.path.join(cfg.out, "sweep.json"), "w") as f:
+        json.dump(
+            {"model": cfg.model, "env": cfg.env, "tasks": describe_tasks(cfg, n_tasks), "sweep": rows},
+            f,
+            indent=2,
+        )
+    plot_sweep({cfg.model: rows}, os.path.join(cfg.out, "sweep.png"))
+    for r in rows:
+        print(
+            f"max turns {r['max_turns']:>3}: success {r['success_rate']:.3f}  turns {r['avg_turns']:.2f}"
+            f"  cut by the limit {r['cut_share']:.3f}"
+        )
+    return rows
+
+
+def write_evaluation(cfg: EvalConfig, summary: dict, trajs: list, n_tasks: int) -> dict:
+    """summary.json, summary.md, trajectories.jsonl and report.html under --out."""
     summary.update(
-        model="expert" if cfg.expert else cfg.model, env=cfg.env, tasks=describe_tasks(cfg, len(tasks))
+        model="expert" if cfg.expert else cfg.model, env=cfg.env, tasks=describe_tasks(cfg, n_tasks)
     )
     with open(os.path.join(cfg.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
