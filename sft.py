@@ -341,12 +341,7 @@ def sft(cfg: Config) -> dict:
     main = accelerator.is_main_process
     if cfg.batch_size < dist.world():
         raise ValueError(f"--batch-size {cfg.batch_size} < {dist.world()} processes: some would have nothing")
-    policy = load_agent(cfg, accelerator.device, trainable=True)
-    if cfg.lora_rank and not lora.has_adapters(policy.model):
-        policy.model = lora.add_adapters(policy.model, cfg.lora_rank, cfg.lora_alpha)
-    if cfg.gradient_checkpointing:
-        policy.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-
+    policy = trainable_policy(cfg, accelerator.device)
     demos = load_demos(cfg.data, spec.parse_action, cfg.only_success)
     demos = demos[: cfg.demos] if cfg.demos else demos
     items = demo_items(policy, spec, demos, cfg.max_tokens)
@@ -402,17 +397,33 @@ def sft(cfg: Config) -> dict:
         "final_loss": m["losses/loss"],
     }
     if main:
-        save(policy, os.path.join(cfg.out, "checkpoint"), cfg.merge_lora, summary)
-        with open(os.path.join(cfg.out, "summary.json"), "w") as f:
-            json.dump(summary, f, indent=2)
-        plot_loss(metrics_path, os.path.join(cfg.out, "loss.png"))
-        print(
-            f"sft: {len(items)} demonstrations, {tokens} agent tokens, {step} steps in "
-            f"{summary['seconds']:.0f} s, "
-            f"loss {summary['final_loss']:.4f} -> {os.path.join(cfg.out, 'checkpoint')}"
-        )
+        write_results(cfg, policy, summary, metrics_path)
     dist.barrier()
     return summary
+
+
+def trainable_policy(cfg: Config, device) -> Policy:
+    """The model to clone into: --model, with fresh LoRA adapters unless it has some or
+    --lora-rank is 0 (all weights), gradient checkpointing on request."""
+    policy = load_agent(cfg, device, trainable=True)
+    if cfg.lora_rank and not lora.has_adapters(policy.model):
+        policy.model = lora.add_adapters(policy.model, cfg.lora_rank, cfg.lora_alpha)
+    if cfg.gradient_checkpointing:
+        policy.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return policy
+
+
+def write_results(cfg: Config, policy: Policy, summary: dict, metrics_path: str) -> None:
+    """The checkpoint, summary.json and loss.png under --out, and a line saying so."""
+    save(policy, os.path.join(cfg.out, "checkpoint"), cfg.merge_lora, summary)
+    with open(os.path.join(cfg.out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    plot_loss(metrics_path, os.path.join(cfg.out, "loss.png"))
+    print(
+        f"sft: {summary['demonstrations']} demonstrations, {summary['agent_tokens']} agent tokens, "
+        f"{summary['steps']} steps in {summary['seconds']:.0f} s, "
+        f"loss {summary['final_loss']:.4f} -> {os.path.join(cfg.out, 'checkpoint')}"
+    )
 
 
 def save(policy: Policy, folder: str, merge_lora: bool, summary: dict) -> None:
