@@ -397,12 +397,7 @@ def setup(cfg: Config) -> Run:
     left it (its step, RNG streams, optimizer and algorithm state; metrics.jsonl trimmed back)."""
     seed_everything(cfg.seed)  # python's `random`, which picks the tasks, is the same on every process
     spec = ENVS[cfg.env]
-    rounds = [int(h) for h in cfg.rounds.split(",")]
-    schedule = (
-        adaptive(rounds, cfg.adapt_window, cfg.adapt_cut_share, cfg.adapt_min_gain)
-        if cfg.schedule == "adaptive"
-        else staged(rounds, cfg.steps_per_stage)
-    )
+    schedule = horizon_schedule(cfg)
     device = resolve_device(cfg.device)
     set_threads(cfg, device)
     cfg.mixed_precision = resolve_precision(cfg.mixed_precision, cfg.model, device)
@@ -438,15 +433,7 @@ def setup(cfg: Config) -> Run:
     size = max(my_tasks * cfg.group_size, math.ceil(n_eval * cfg.eval_samples / dist.world()))
     log_path = os.path.join(cfg.out, "server.log" if main else f"server.{dist.rank()}.log")
     pool = open_pool(cfg.env, size=size, url=url, log_path=log_path)
-    summary = {"config": dataclasses.asdict(cfg)}
-    summary_path = os.path.join(cfg.out, "summary.json")
-    if saved and os.path.exists(summary_path):
-        summary = {**json.load(open(summary_path)), "config": dataclasses.asdict(cfg)}
-    if main:
-        clear_outputs(cfg.out, saved["step"] if saved else 0)
-    dist.barrier()  # the main process has trimmed metrics.jsonl: now every process may read it
-    metrics_path = os.path.join(cfg.out, "metrics.jsonl")
-    history = [r for r in map(json.loads, open(metrics_path)) if r["step"] < start] if saved else []
+    summary, history = previous_outputs(cfg, saved, start, main)
     probed = cfg.probe_every and cfg.env == "babyai"
     probe = collect_states(pool, probe_tasks(cfg.probe_states)) if probed else []
     trained = [(forward, optimizer)] + ([(state.model, state.optimizer)] if state else [])
@@ -475,6 +462,30 @@ def setup(cfg: Config) -> Run:
         writer=tensorboard(cfg.out) if main else None,
         main=main,
     )
+
+
+def horizon_schedule(cfg: Config):
+    """ScalingInter-RL's horizon over the steps (scaling_inter.py): --rounds in stages of
+    --steps-per-stage, or the adaptive schedule."""
+    rounds = [int(h) for h in cfg.rounds.split(",")]
+    if cfg.schedule == "adaptive":
+        return adaptive(rounds, cfg.adapt_window, cfg.adapt_cut_share, cfg.adapt_min_gain)
+    return staged(rounds, cfg.steps_per_stage)
+
+
+def previous_outputs(cfg: Config, saved: dict | None, start: int, main: bool) -> tuple[dict, list]:
+    """The summary and the metrics of the steps before `start`: a resumed run's, trimmed back to its
+    checkpoint (outputs of later steps cleared); a fresh run's, empty."""
+    summary = {"config": dataclasses.asdict(cfg)}
+    summary_path = os.path.join(cfg.out, "summary.json")
+    if saved and os.path.exists(summary_path):
+        summary = {**json.load(open(summary_path)), "config": dataclasses.asdict(cfg)}
+    if main:
+        clear_outputs(cfg.out, saved["step"] if saved else 0)
+    dist.barrier()  # the main process has trimmed metrics.jsonl: now every process may read it
+    metrics_path = os.path.join(cfg.out, "metrics.jsonl")
+    history = [r for r in map(json.loads, open(metrics_path)) if r["step"] < start] if saved else []
+    return summary, history
 
 
 def load_models(cfg: Config, accelerator, device: str, saved: dict | None):
