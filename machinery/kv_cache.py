@@ -251,12 +251,12 @@ def join(parts: list[tuple[list[int], Encoded]]) -> Encoded:
 class Decoder:
     """The one-token forwards of `generate`: each call feeds every row's last sampled token at its
     stream's next position and returns the next-token logits (B, V). `preallocate`: the cache
-    gets room for `steps` more columns up front (kv_cache.reserve), so that a step writes its
+    gets room for `steps` more columns up front (`reserve`), so that a step writes its
     column in place instead of copying every layer's cache (the numbers are the same).
     Rows that finished stop costing: once a quarter of the rows still decoded have finished
     (`DROP_SHARE`), their state is set aside and the forwards go on without them (their logits
     are zeros); `close()` joins the rows again, in order. transformers' `generate` decodes every
-    row until the longest reply ends; the replies of a batch rarely end together."""
+    row until the longest reply ends, however early the others did."""
 
     DROP_SHARE = 0.25
 
@@ -299,7 +299,8 @@ class Decoder:
 
     def _drop(self, done: list[int]) -> None:
         """Set the rows at places `done` of the decoded batch aside; go on with the others."""
-        keep = [j for j in range(len(self.rows)) if j not in set(done)]
+        gone = set(done)
+        keep = [j for j in range(len(self.rows)) if j not in gone]
         release(self.state.cache)
         self.parked.append(([self.rows[j] for j in done], self.state.rows(done)))
         self.state, self.rows = self.state.rows(keep), [self.rows[j] for j in keep]
