@@ -548,6 +548,42 @@ def both_dialects(answer):
     return answer
 
 
+def add_error_handlers(app: FastAPI) -> None:
+    """Every error answers a JSON body {"error": ...} with its 4xx status (or 503 at capacity)."""
+
+    @app.exception_handler(EnvError)
+    async def _env_error(request: Request, exc: EnvError):
+        return error(exc.status, str(exc), exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError):
+        try:
+            return error(422, describe_validation(exc.errors()))
+        except Exception:  # never let the error answer fail
+            return error(422, "invalid request body")
+
+    @app.exception_handler(HTTPException)
+    async def _http(request: Request, exc: HTTPException):  # 400 unreadable body, 404 path, 405 ...
+        return error(exc.status_code, str(exc.detail), getattr(exc, "headers", None))
+
+
+def create_kwargs(given: dict, CreateArgs, create_keys: tuple, ignored_create_keys: tuple) -> dict:
+    """The keyword arguments for `make_env` from a /create body's keys (see build_app): unknown
+    keys and values of the wrong type are a 422, ignored keys are dropped."""
+    unknown = sorted(set(given) - set(create_keys) - set(ignored_create_keys))
+    if unknown:
+        raise EnvError(
+            f"/create takes {sorted(create_keys + ignored_create_keys) or 'no keys'}, not {unknown}", 422
+        )
+    try:
+        args = CreateArgs(**{k: v for k, v in given.items() if k in create_keys})
+    except ValidationError as e:
+        raise EnvError(
+            describe_validation(e.errors()).replace("invalid request", "invalid /create body"), 422
+        ) from None
+    return {k: getattr(args, k) for k in args.model_fields_set}
+
+
 def build_app(
     title: str,
     make_env: Callable[..., object],
@@ -596,20 +632,7 @@ def build_app(
     app.add_middleware(CatchAll)
     app.add_middleware(HeaderLimit)  # the outermost: an oversized request reaches nothing else
 
-    @app.exception_handler(EnvError)
-    async def _env_error(request: Request, exc: EnvError):
-        return error(exc.status, str(exc), exc.headers)
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError):
-        try:
-            return error(422, describe_validation(exc.errors()))
-        except Exception:  # never let the error answer fail
-            return error(422, "invalid request body")
-
-    @app.exception_handler(HTTPException)
-    async def _http(request: Request, exc: HTTPException):  # 400 unreadable body, 404 path, 405 ...
-        return error(exc.status_code, str(exc.detail), getattr(exc, "headers", None))
+    add_error_handlers(app)
 
     @app.get("/", response_class=PlainTextResponse)
     async def hello():
@@ -618,18 +641,7 @@ def build_app(
     @app.post("/create")
     async def create(request: Request, body: CreateBody | None = None):
         given = dict(body.model_extra or {}) if body is not None else {}
-        unknown = sorted(set(given) - set(create_keys) - set(ignored_create_keys))
-        if unknown:
-            raise EnvError(
-                f"/create takes {sorted(create_keys + ignored_create_keys) or 'no keys'}, not {unknown}", 422
-            )
-        try:
-            args = CreateArgs(**{k: v for k, v in given.items() if k in create_keys})
-        except ValidationError as e:
-            raise EnvError(
-                describe_validation(e.errors()).replace("invalid request", "invalid /create body"), 422
-            ) from None
-        i = await table.create(**{k: getattr(args, k) for k in args.model_fields_set})
+        i = await table.create(**create_kwargs(given, CreateArgs, create_keys, ignored_create_keys))
         if await request.is_disconnected():  # the client gave up waiting: nobody will close it
             await table.close(i)
             return {"id": i, "closed": True}
