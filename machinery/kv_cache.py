@@ -265,10 +265,10 @@ class Decoder:
         self.B, self.left = len(state.n), steps
         self.rows = list(range(self.B))  # the rows the forwards still run, in the batch's order
         self.parked: list[tuple[list[int], Encoded]] = []  # (rows, their state) of finished ones
-        self.preallocate = preallocate and state.full_width()
-        if self.preallocate and steps > 0:
+        preallocate = preallocate and state.full_width()
+        if preallocate and steps > 0:
             reserve(state.cache, steps)
-        self.drops = self.preallocate and not sliding(model)  # a window's caches cannot be joined
+        self.drops = preallocate and not sliding(model)  # a window's caches cannot be joined
 
     def __call__(self, nxt: torch.Tensor, was_live: list[int]) -> torch.Tensor:
         done = [j for j, i in enumerate(self.rows) if not was_live[i]]
