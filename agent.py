@@ -39,7 +39,7 @@ import torch.nn.functional as F
 
 from batch import Row
 from envs import EnvPool, EnvSpec
-from machinery.kv_cache import Decoder, Encoded, prefill, sliding
+from machinery.kv_cache import Decoder, Encoded, prefill, sliding, use_decode_attention
 from machinery.logprobs import fp32_head
 from machinery.timing import timed
 
@@ -222,6 +222,7 @@ def generation_model(policy: Policy):
         head = copy.get_output_embeddings()
         head.weight = torch.nn.Parameter(head.weight.detach().float(), requires_grad=False)  # untied
         fp32_head(copy)
+        use_decode_attention(copy)
         copy.eval().requires_grad_(False)
         copy.generation_config = src.generation_config
         policy._generators[policy.generation_dtype] = copy

@@ -81,9 +81,11 @@ def run(policies, cfg, way: str, profile: bool = False) -> float:
     # one prompt for every row (as a GRPO group's first turn): prefill encodes it once and copies
     # its cache rows, and the decode steps cost what they cost for different prompts
     news = [torch.randint(0, V, (cfg.cached,), generator=g).tolist()] * cfg.rows
-    policy.generation_dtype = {"bf16": "bfloat16", "merged": "float32"}.get(way, "")
+    policy.generation_dtype = {"bf16": "bfloat16", "bf16-sdpa": "bfloat16", "merged": "float32"}.get(way, "")
     model = agent.generation_model(policy)
-    half = way in ("autocast", "bf16")
+    if policy.generation_dtype:
+        model.set_attn_implementation("sdpa" if way == "bf16-sdpa" else "decode")
+    half = way in ("autocast", "bf16", "bf16-sdpa")
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=half):
         _, state = prefill(model, news, [0] * cfg.rows, None, 0, "cpu")
         for i in range(cfg.rows):

@@ -57,6 +57,10 @@ class VsConfig(AgentConfig):
     mixed_precision: str = flag("no", choices=("no", "bf16"))
     """bf16: both ways under bf16 autocast, as train.py's rollout on a CPU with bf16 instructions, and
     both on the same model, the rollout's bf16 generation copy (config.generation_dtype)"""
+    generate_attention: str = flag("sdpa", choices=("sdpa", "decode"))
+    """the attention `generate` runs on the bf16 copy: sdpa (transformers' default, what a user of
+    `generate` gets) or decode (the rollout's own decode step, kv_cache.decode_attention: then only
+    the rest of the machinery differs)"""
 
 
 def turns_of(trajs) -> list[list[tuple[list[int], int]]]:
@@ -81,10 +85,19 @@ def turns_of(trajs) -> list[list[tuple[list[int], int]]]:
 
 
 @torch.no_grad()
-def hf_replay(policy, per_turn) -> tuple[float, int, int]:
-    """Seconds of `model.generate` over the same turns, on the model the rollout sampled from; and
-    the prompt positions and decode steps."""
+def hf_replay(policy, per_turn, attention: str) -> tuple[float, int, int]:
+    """Seconds of `model.generate` over the same turns, on the model the rollout sampled from (with
+    `attention`); and the prompt positions and decode steps."""
     model, tok = generation_model(policy), policy.tokenizer
+    ours = model.config._attn_implementation
+    model.set_attn_implementation(attention)
+    try:
+        return replay(model, tok, policy.temperature, per_turn)
+    finally:
+        model.set_attn_implementation(ours)
+
+
+def replay(model, tok, temperature, per_turn) -> tuple[float, int, int]:
     seconds, positions, steps = 0.0, 0, 0
     for work in per_turn:
         T, L = max(len(c) for c, _ in work), max(n for _, n in work)
@@ -99,7 +112,7 @@ def hf_replay(policy, per_turn) -> tuple[float, int, int]:
             max_new_tokens=L,
             min_new_tokens=L,
             do_sample=True,
-            temperature=policy.temperature or 1.0,
+            temperature=temperature or 1.0,
             top_k=0,
             top_p=1.0,
             pad_token_id=tok.pad_token_id,
@@ -143,7 +156,7 @@ def measure(cfg, policy, pool, spec, tasks, groups, ours: list, theirs: list) ->
         trajs = rollout(policy, pool, spec, tasks, cfg.max_turns, groups=groups, timings=tm)
         per_turn = turns_of(trajs)
         ours.append(tm["generate"])
-        s, positions, steps = hf_replay(policy, per_turn)
+        s, positions, steps = hf_replay(policy, per_turn, cfg.generate_attention)
         theirs.append(s)
         replied = sum(n for work in per_turn for _, n in work)  # tokens sampled for real replies
         padded = sum(len(work) * max(n for _, n in work) for work in per_turn)  # rows x longest

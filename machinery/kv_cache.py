@@ -19,7 +19,8 @@ Decoding appends one column per step. transformers' cache does it by `torch.cat`
 layer's whole cache each step (16 SmolLM2 streams, 760 columns: 560 MB of copies per step);
 `reserve()` gives each layer room for the reply instead, and a step writes its column in place.
 And a row whose reply has ended stops costing: `Decoder` sets finished rows aside and `join()`s them
-back when the turn's decoding is done.
+back when the turn's decoding is done. A decode step's attention (`decode_attention`) reads the
+cache once, at the bandwidth the CPU has, where torch's SDPA kernel for one query spends 2-3x that.
 """
 
 import copy
@@ -27,7 +28,10 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from transformers import AttentionInterface
 from transformers.cache_utils import DynamicLayer
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 
 @dataclass
@@ -93,7 +97,8 @@ class ReservedLayer(DynamicLayer):
         super().__init__()
         self.__dict__.update(layer.__dict__)
         B, H, T, D = layer.keys.shape
-        self.room = [x.new_empty((B, H, T + extra, D)) for x in (layer.keys, layer.values)]
+        # zeros: `decode_attention` reads the whole room, the unfilled columns masked (0 x 0, not NaN)
+        self.room = [x.new_zeros((B, H, T + extra, D)) for x in (layer.keys, layer.values)]
         for buf, x in zip(self.room, (layer.keys, layer.values)):
             buf[:, :, :T] = x
         self.keys, self.values = (buf[:, :, :T] for buf in self.room)
@@ -313,3 +318,55 @@ class Decoder:
         if not self.parked:
             return self.state
         return join(self.parked + [(self.rows, self.state)])
+
+
+def decode_attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
+    """A one-token step's attention as two batched matmuls: each key/value head's group of query
+    heads against the cached columns, softmax in float32. On a CPU, torch's SDPA kernel for one
+    query (`_scaled_dot_product_flash_attention_for_cpu`) took 2.4-2.9 ms a layer at 16 rows x 760
+    columns in bf16, a third of a SmolLM2 decode step, where the matmuls take under 1 ms
+    (docs/speed_smollm2.md). A reserved cache's keys and values are views of its room
+    (`ReservedLayer`), which a batched matmul would copy whole (its batch stride is the room's):
+    the matmuls read the whole room instead, its unfilled columns (zeros) masked out.
+    Anything else (a prompt's forward, training) goes to SDPA. transformers calls it by the name
+    "decode" (`use_decode_attention`)."""
+    if query.shape[2] != 1 or module.training:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
+    B, H, _, D = query.shape
+    T = key.shape[2]
+    mask = attention_mask
+    if mask is not None and mask.dtype != torch.bool:  # additive: 0 where a column counts
+        mask = mask == 0
+    if in_room(key) and in_room(value):
+        key, value = key._base, value._base
+        mask = torch.ones((B, 1, 1, T), dtype=torch.bool, device=key.device) if mask is None else mask
+        mask = F.pad(mask, (0, key.shape[2] - T), value=False)
+        T = key.shape[2]
+    KV = key.shape[1]
+    q = query.reshape(B * KV, H // KV, D)  # each key/value head's group of query heads
+    scores = torch.bmm(q, key.reshape(B * KV, T, D).transpose(1, 2))
+    scores = scores.float().view(B, KV, H // KV, T) * (scaling or D**-0.5)
+    if mask is not None:  # (B, 1, 1, T): True where a column counts
+        scores = scores.masked_fill(~mask, float("-inf"))
+    probs = torch.softmax(scores, dim=-1).to(value.dtype).view(B * KV, H // KV, T)
+    out = torch.bmm(probs, value.reshape(B * KV, T, D))
+    return out.view(B, H, 1, D).transpose(1, 2), None
+
+
+def in_room(x: torch.Tensor) -> bool:
+    """Whether `x` is the first columns of a contiguous room (`ReservedLayer`'s `keys`/`values`)."""
+    room = x._base
+    return (
+        room is not None
+        and room.is_contiguous()
+        and room.data_ptr() == x.data_ptr()
+        and room.shape[:2] == x.shape[:2]
+        and room.shape[3] == x.shape[3]
+    )
+
+
+def use_decode_attention(model) -> None:
+    """Run `model`'s attention through `decode_attention` (its masks as SDPA's)."""
+    AttentionInterface.register("decode", decode_attention)
+    AttentionMaskInterface.register("decode", sdpa_mask)
+    model.set_attn_implementation("decode")

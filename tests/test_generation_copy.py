@@ -1,15 +1,19 @@
 """The rollout's generation copy (`--generation-dtype`, agent.generation_model) is the policy: its
 LoRA adapters merged into the copy's weights, refreshed after every update; in bfloat16 it differs
-only by bf16 rounding. And decoding into a reserved cache (kv_cache.reserve) gives what decoding by
-concatenation gives."""
+only by bf16 rounding. And decoding into a reserved cache (kv_cache.reserve), with or without the
+decode step's own attention (kv_cache.decode_attention), gives what decoding by concatenation and
+SDPA gives."""
+
+from types import SimpleNamespace
 
 import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from agent import Policy, generation_model
 from machinery import lora
-from machinery.kv_cache import Decoder, ReservedLayer, prefill
+from machinery.kv_cache import Decoder, ReservedLayer, decode_attention, prefill, use_decode_attention
 
 
 def lora_policy(dtype: str) -> Policy:
@@ -90,16 +94,48 @@ def test_auto_generates_from_a_copy_in_the_updates_half_precision_on_a_cpu_only(
     assert resolved("float32", "no") == "float32" and resolved("", "bf16") == ""
 
 
-@pytest.mark.parametrize("way", ["reserved", "reserved, finished rows dropped"])
+@pytest.mark.parametrize("masked", [True, False])
+@pytest.mark.parametrize("in_room", [True, False])
+def test_decode_attention_equals_sdpa(masked, in_room):
+    """One query per row against 9 cached columns (grouped heads: 6 query heads on 2 key/value
+    heads), the keys either plain tensors or views of a wider room of zeros (a reserved cache)."""
+    g = torch.Generator().manual_seed(0)
+    B, H, KV, T, D = 3, 6, 2, 9, 8
+    query = torch.randn(B, H, 1, D, generator=g)
+    key, value = torch.randn(B, KV, T, D, generator=g), torch.randn(B, KV, T, D, generator=g)
+    if in_room:
+        rooms = [torch.zeros(B, KV, T + 4, D) for _ in range(2)]
+        rooms[0][:, :, :T], rooms[1][:, :, :T] = key, value
+        key, value = rooms[0][:, :, :T], rooms[1][:, :, :T]
+    mask = None
+    if masked:  # left padding: row i's first i columns do not count
+        mask = torch.ones(B, 1, 1, T, dtype=torch.bool)
+        for i in range(B):
+            mask[i, ..., :i] = False
+    module = SimpleNamespace(training=False, num_key_value_groups=H // KV, is_causal=True)
+    want, _ = sdpa_attention_forward(module, query, key, value, mask, scaling=D**-0.5)
+    got, _ = decode_attention(module, query, key, value, mask, scaling=D**-0.5)
+    assert got.shape == want.shape == (B, 1, H, D)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+WAYS = ["reserved", "reserved, finished rows dropped"]
+WAYS += [w + ", decode attention" for w in WAYS]
+
+
+@pytest.mark.parametrize("way", WAYS)
 def test_decoding_into_a_reserved_cache_equals_decoding_by_concatenation(way, monkeypatch):
     """Each way's logits for the rows that fed a real token, and the final state, equal plain
-    concatenation's. Dropping: the second call drops row 1 (1 of 3 finished), the fourth row 0."""
+    concatenation's (with SDPA). Dropping: the second call drops row 1 (1 of 3 finished), the
+    fourth row 0."""
     policy = lora_policy("")
+    use_decode_attention(policy.model)
     news = [IDS[0].tolist(), IDS[1, :7].tolist(), IDS[2, :10].tolist()]
     lives = ([1, 1, 1], [1, 0, 1], [1, 0, 1], [0, 0, 1], [0, 0, 1], [0, 0, 1])
     out = {}
     for w in ("concatenation", way):
         monkeypatch.setattr(Decoder, "DROP_SHARE", 0.25 if "dropped" in w else 2.0)
+        policy.model.set_attn_implementation("decode" if "decode" in w else "sdpa")
         with torch.no_grad():
             first, state = prefill(policy.model, news, [0, 0, 0], None, 0, "cpu")
             step = Decoder(policy.model, state, 5, preallocate=w != "concatenation")
