@@ -328,9 +328,9 @@ def decode_attention(module, query, key, value, attention_mask, scaling=None, **
     (docs/speed_smollm2.md). A reserved cache's keys and values are views of its room
     (`ReservedLayer`), which a batched matmul would copy whole (its batch stride is the room's):
     the matmuls read the whole room instead, its unfilled columns (zeros) masked out.
-    Anything else (a prompt's forward, training) goes to SDPA. transformers calls it by the name
-    "decode" (`use_decode_attention`)."""
-    if query.shape[2] != 1 or module.training:
+    Anything else (a prompt's forward, training, a model whose attention has sinks or a soft cap)
+    goes to SDPA. transformers calls it by the name "decode" (`use_decode_attention`)."""
+    if query.shape[2] != 1 or module.training or kwargs.get("s_aux") is not None or kwargs.get("softcap"):
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
     B, H, _, D = query.shape
     T = key.shape[2]
