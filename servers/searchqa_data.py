@@ -29,6 +29,7 @@ import json
 import os
 import random
 import tempfile
+from dataclasses import dataclass
 
 VERSION = 1  # of the generator: change it when the generated text changes (new cache folder)
 CACHE = os.path.expanduser(os.environ.get("SEARCHQA_CACHE", "~/.cache/agentgym-rl-mini/searchqa"))
@@ -120,6 +121,23 @@ def generate(
 ) -> tuple[list[dict], list[dict]]:
     """The fictional world of about `n_passages` entities, and `n_questions` questions about it."""
     rng = random.Random(seed)
+    w = world(rng, n_passages)
+    return passages(w), questions(rng, w, n_questions, test_fraction)
+
+
+@dataclass
+class World:
+    """The entities, each a dict; they point at each other by index (a city's `country`, a
+    person's `city` and `spouse`, an organisation's `founder`, ...)."""
+
+    countries: list[dict]
+    cities: list[dict]
+    people: list[dict]
+    orgs: list[dict]
+
+
+def world(rng: random.Random, n_passages: int) -> World:
+    """About `n_passages` made-up entities: countries, their cities, people and organisations."""
     names = _Names(rng)
     n_countries = max(4, n_passages // 50)
     n_cities = max(3 * n_countries, n_passages * 15 // 100)
@@ -179,6 +197,13 @@ def generate(
         )
     for c, city in enumerate(cities):  # distinct mayors, none of them a founder
         city["mayor"] = order[n_orgs + c]
+    return World(countries, cities, people, orgs)
+
+
+def passages(w: World) -> list[dict]:
+    """One encyclopedia passage per entity, in the FlashRAG corpus format. Each fact is written in
+    one passage only (a person's birthplace in the person's, a founder in the organisation's)."""
+    countries, cities, people, orgs = w.countries, w.cities, w.people, w.orgs
 
     def country_text(c):
         x = countries[c]
@@ -220,11 +245,15 @@ def generate(
     ]:
         for i, x in enumerate(items):
             corpus.append({"id": f"{kind}-{i}", "contents": f'"{x["name"]}"\n{text(i)}'})
+    return corpus
 
-    # Questions: (template, anchor kind, needs, answer and path) per hop count. The anchor is the
-    # entity the question names; the path lists the passages the agent must read, in order.
-    P, C, O, K = people, cities, orgs, countries
-    templates = {
+
+def templates(w: World) -> dict[int, list[tuple]]:
+    """Per hop count, the questions' (template, anchor kind, whether an anchor fits, the answer and
+    path of an anchor). The anchor is the entity the question names; the path lists the passages
+    the agent must read, in order."""
+    P, C, O, K = w.people, w.cities, w.orgs, w.countries
+    return {
         1: [
             (
                 "In which city was {} born?",
@@ -322,25 +351,32 @@ def generate(
             ),
         ],
     }
-    # Held-out anchors: test questions name only entities in the last `test_fraction` of each list.
-    pools = {"person": len(people), "org": len(orgs), "city": len(cities)}
+
+
+def questions(rng: random.Random, w: World, n_questions: int, test_fraction: float) -> list[dict]:
+    """Question `i` has `i % 3 + 1` hops; the last `test_fraction` of them name only entities in
+    the last `test_fraction` of each list (held-out anchors, no training question names them)."""
+    kinds = {"person": w.people, "org": w.orgs, "city": w.cities}
+    by_hops = templates(w)
     n_test = int(round(n_questions * test_fraction))
-    questions, seen = [], set()
+    out, seen = [], set()
     for i in range(n_questions):
         hops, test = i % 3 + 1, i >= n_questions - n_test
         for _ in range(10000):
-            text, kind, ok, solve = rng.choice(templates[hops])
-            cut = int(pools[kind] * (1 - test_fraction))
-            anchor = rng.randrange(cut, pools[kind]) if test else rng.randrange(0, cut)
-            items = {"person": people, "org": orgs, "city": cities}[kind]
-            q = text.format(items[anchor]["name"])
+            text, kind, ok, solve = rng.choice(by_hops[hops])
+            cut = int(len(kinds[kind]) * (1 - test_fraction))
+            anchor = rng.randrange(cut, len(kinds[kind])) if test else rng.randrange(0, cut)
+            q = text.format(kinds[kind][anchor]["name"])
             if ok(anchor) and q not in seen:
                 break
         else:
-            raise ValueError(f"{n_passages} passages are too few for {n_questions} distinct questions")
+            raise ValueError(
+                f"{len(w.people)} people, {len(w.orgs)} organisations and {len(w.cities)} cities are "
+                f"too few for {n_questions} distinct questions"
+            )
         seen.add(q)
         answer, path = solve(anchor)
-        questions.append(
+        out.append(
             {
                 "id": f"synthetic-{i}",
                 "question": q,
@@ -349,7 +385,7 @@ def generate(
                 "path": path,
             }
         )
-    return corpus, questions
+    return out
 
 
 def synthetic_files(
