@@ -211,3 +211,17 @@ def test_the_bm25_server_never_imports_torch(tmp_path):
     )
     env = {**os.environ, "SEARCHQA_CACHE": str(tmp_path)}
     assert subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT).returncode == 0
+
+
+def test_the_generated_world_is_the_one_its_version_names():
+    """Generated corpora are cached by VERSION (synthetic_files): a change to what `generate` writes
+    must come with a new VERSION, or a cached corpus would no longer match its questions. This
+    pins a small world's text at VERSION 1 (refactors of the generator must keep it)."""
+    import hashlib
+    import json
+
+    from servers import searchqa_data
+
+    corpus, qs = generate(seed=3, n_passages=300, n_questions=500, test_fraction=0.3)
+    digest = hashlib.sha256(json.dumps([corpus, qs]).encode()).hexdigest()
+    assert (searchqa_data.VERSION, digest[:16]) == (1, "b61d3ad8d4460baa")
