@@ -209,7 +209,8 @@ def generation_model(policy: Policy):
     update's float32 forward then differs from by bf16 rounding (the ratio is not exactly 1 at the
     first epoch), as when a bf16 inference engine feeds a float32 trainer. The copy's LM head is
     its own float32 weight (logprobs.fp32_head), as the policy's is: log-probs in float32, whatever
-    the blocks' dtype. Under --mixed-precision bf16 on a CPU, the default (config.generation_dtype)."""
+    the blocks' dtype. On a CPU its one-token steps attend through `kv_cache.decode_attention`.
+    Under --mixed-precision bf16 on a CPU, the default (config.generation_dtype)."""
     if not policy.generation_dtype:
         return policy.model
     src = policy.model.get_base_model() if hasattr(policy.model, "get_base_model") else policy.model
@@ -222,7 +223,8 @@ def generation_model(policy: Policy):
         head = copy.get_output_embeddings()
         head.weight = torch.nn.Parameter(head.weight.detach().float(), requires_grad=False)  # untied
         fp32_head(copy)
-        use_decode_attention(copy)
+        if policy.device.type == "cpu":  # (measured on a CPU; a GPU keeps SDPA's kernels)
+            use_decode_attention(copy)
         copy.eval().requires_grad_(False)
         copy.generation_config = src.generation_config
         policy._generators[policy.generation_dtype] = copy
