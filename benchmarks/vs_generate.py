@@ -90,6 +90,8 @@ def hf_replay(policy, per_turn, attention: str) -> tuple[float, int, int]:
     `attention`); and the prompt positions and decode steps."""
     model, tok = generation_model(policy), policy.tokenizer
     ours = model.config._attn_implementation
+    if ours == attention:  # (the policy itself, without a generation copy: SDPA both ways)
+        return replay(model, tok, policy.temperature, per_turn)
     model.set_attn_implementation(attention)
     try:
         return replay(model, tok, policy.temperature, per_turn)
@@ -98,6 +100,7 @@ def hf_replay(policy, per_turn, attention: str) -> tuple[float, int, int]:
 
 
 def replay(model, tok, temperature, per_turn) -> tuple[float, int, int]:
+    """`model.generate` over each turn's streams, left-padded: seconds, prompt positions, steps."""
     seconds, positions, steps = 0.0, 0, 0
     for work in per_turn:
         T, L = max(len(c) for c, _ in work), max(n for _, n in work)
