@@ -39,15 +39,23 @@ FREE = "--mask-actions off --context-turns 0 --max-new-tokens 64"
 
 # per environment: expert episodes written, demonstrations trained on, test tasks evaluated, the
 # RL horizon (--rounds: one value fixed, several ScalingInter-RL's stages sharing the steps evenly),
-# the train tasks of each DAgger round (consecutive slices of the train split), RL steps (default 8),
+# the train tasks of each DAgger round (consecutive slices of the train split, or of `dagger_split`,
+# wrapping around to its start: a later round revisits its tasks with the newer policy), RL steps (default 8),
 # the environment instances in flight outside RL (each a JVM or a browser), and the splits.
 # SciWorld's whole tasks need 20-30 gold actions: its row is the easier slice of its four find-*
 # tasks (envs.py's find-train / find-test). TextCraft's RL draws depth-1 goals (`rl_splits`: its train
-# split is mostly depth 2-4, which 5 turns cannot craft: every group failed alike, no signal).
+# split is mostly depth 2-4, which 5 turns cannot craft: every group failed alike, no signal) and so do
+# its DAgger rounds (a third round on the next, deeper train goals taught nothing: docs/sft.md).
 RECIPES = {
     "babyai": dict(expert=80, demos=64, test=30, rounds="5", dagger=[32]),
     "textcraft": dict(
-        expert=80, demos=64, test=20, rounds="5", dagger=[32], rl_splits=("depth1-train", "depth1-test")
+        expert=80,
+        demos=64,
+        test=20,
+        rounds="5",
+        dagger=[32],
+        dagger_split="depth1-train",
+        rl_splits=("depth1-train", "depth1-test"),
     ),
     "searchqa": dict(expert=80, demos=64, test=60, rounds="5", dagger=[], steps=16),
     "webarena": dict(expert=28, demos=28, test=7, rounds="5", dagger=[28], parallel=4),
@@ -124,9 +132,11 @@ def recipe(env: str, root: str, seeds: list[int], extra: list[str]) -> None:
     labels = [f"{d}/demos/first.jsonl"]  # DAgger's aggregate: every round trains on all labels so far
     if r["dagger"]:
         first_successes(f"{d}/demos/trajectories.jsonl", labels[0], r["demos"])
+    pool = split_ids(env, r.get("dagger_split", train))
     for k, n in enumerate(r["dagger"], start=1):  # round k: the last checkpoint's own episodes on the
         name = "dagger" if k == 1 else f"dagger{k}"  # next n train tasks, labelled by the expert
-        ids = ",".join(map(str, split_ids(env, train)[sum(r["dagger"][: k - 1]) :][:n]))
+        first = sum(r["dagger"][: k - 1])
+        ids = ",".join(str(pool[(first + j) % len(pool)]) for j in range(min(n, len(pool))))
         policy = f"eval.py --model {start} --env {env} --task-ids {ids} --parallel {inflight}"
         stage(d, f"{name}_policy", f"{policy} --max-turns {turns} {FREE} --out {d}/{name}_policy", extra)
         relabel = (

@@ -76,7 +76,7 @@ def test_dagger_rounds_take_the_next_train_tasks_and_train_on_every_rounds_label
     (tmp_path / "textcraft" / "demos" / "trajectories.jsonl").write_text("")
     paper_table.recipe("textcraft", str(tmp_path), [0], [])
     cmd = dict(calls)
-    d, ids = f"{tmp_path}/textcraft", paper_table.split_ids("textcraft", "train")
+    d, ids = f"{tmp_path}/textcraft", paper_table.split_ids("textcraft", "depth1-train")
     names = "demos base sft dagger_policy dagger sft2 dagger2_policy dagger2 sft3 rl_s0"
     assert [n for n, _ in calls] == names.split()
     assert f"--model {d}/sft/checkpoint" in cmd["dagger_policy"]
@@ -89,6 +89,28 @@ def test_dagger_rounds_take_the_next_train_tasks_and_train_on_every_rounds_label
         in cmd["sft3"]
     )
     assert f"--model {d}/sft3/checkpoint" in cmd["rl_s0"]
+
+
+def test_a_dagger_round_past_the_end_of_its_split_revisits_its_first_tasks(tmp_path, monkeypatch):
+    """TextCraft's rounds draw depth-1 goals (100 train tasks): a round that runs past them starts
+    again at the first, now with the newer policy, and takes each task at most once."""
+    import paper_table
+
+    calls = []
+    monkeypatch.setattr(
+        paper_table, "stage", lambda root, name, command, extra=(), done="": calls.append((name, command))
+    )
+    monkeypatch.setitem(
+        paper_table.RECIPES, "textcraft", dict(paper_table.RECIPES["textcraft"], dagger=[90, 20, 500])
+    )
+    os.makedirs(tmp_path / "textcraft" / "demos")
+    (tmp_path / "textcraft" / "demos" / "trajectories.jsonl").write_text("")
+    paper_table.recipe("textcraft", str(tmp_path), [], [])
+    cmd = dict(calls)
+    pool = paper_table.split_ids("textcraft", "depth1-train")
+    assert len(pool) == 100 and max(pool) < 125  # the depth-1 goals (envs.py)
+    assert f"--task-ids {','.join(map(str, pool[90:] + pool[:10]))} " in cmd["dagger2_policy"]
+    assert f"--task-ids {','.join(map(str, pool[10:] + pool[:10]))} " in cmd["dagger3_policy"]
 
 
 def test_rl_steps_are_shared_evenly_by_scaling_inter_rls_stages(tmp_path, monkeypatch):
