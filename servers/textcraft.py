@@ -28,8 +28,10 @@ as in the paper's table. The observation is
 
 and the commands are `get N item` (items that cannot be crafted), `craft N X using N a, N b`
 (a tag in a recipe is satisfied by any item of that tag: `craft 4 stick using 2 oak planks`) and
-`inventory`. Anything that cannot be done is answered with a message and changes nothing. The
-reward is 1, and the episode done, when the goal is in the inventory. `score` is the reward so far.
+`inventory`. As in AgentGym's TextCraft, a craft is matched by its item and its ingredients'
+amounts; the crafted amount `N X` may be left out or wrong, and the recipe makes what it makes.
+Anything that cannot be done is answered with a message and changes nothing. The reward is 1, and
+the episode done, when the goal is in the inventory. `score` is the reward so far.
 Answers also carry `available_actions`: complete commands for the current state (the shown
 recipes with tags filled in by items at hand, the `get`s of their base items, `inventory`), so
 that a small policy can choose among them.
@@ -357,8 +359,6 @@ class TextCraftEnv:
                 + ", ".join(f"{n} {x}" for x, n in given)
                 + "."
             )
-        if n_out is not None and n_out != recipe.count:
-            return f"Wrong quantities: this recipe makes {recipe.count} {out}, not {n_out}."
         missing = [f"{n - self.inventory.get(x, 0)} {x}" for x, n in given if self.inventory.get(x, 0) < n]
         if missing:
             return f"Could not find enough items to craft {out}: missing " + ", ".join(missing) + "."
@@ -367,6 +367,8 @@ class TextCraftEnv:
             if self.inventory[x] == 0:
                 del self.inventory[x]
         self.inventory[out] = self.inventory.get(out, 0) + recipe.count
+        if n_out is not None and n_out != recipe.count:  # AgentGym's craft never checks it
+            return f"Crafted {recipe.count} {out} (one craft makes {recipe.count}, not {n_out})."
         return f"Crafted {recipe.count} {out}."
 
     @staticmethod

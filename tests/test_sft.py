@@ -358,7 +358,7 @@ def test_valid_replies_counts_the_servers_invalid_answers():
                 "Got 1 oak log",
                 "Could not find dragon.",
                 "Could not execute 'fly'.",
-                "Wrong quantities: this recipe makes 4 x, not 1.",
+                "Wrong quantities: crafting x needs 1 y.",
             ],
         }
     ]

@@ -92,7 +92,7 @@ def test_every_goal_is_solvable_with_the_recipes_it_shows():
         assert out["done"] and out["reward"] == 1.0, goal
 
 
-def test_wrong_quantities_and_missing_ingredients_are_refused_with_a_message(url):
+def test_wrong_ingredient_amounts_and_missing_ingredients_are_refused_with_a_message(url):
     iid = post(url, "/create")["id"]
     post(url, "/reset", id=iid, data_idx=first_goal_of_depth(2))
     goal = T.GOALS[first_goal_of_depth(2)]
@@ -110,7 +110,7 @@ def test_wrong_quantities_and_missing_ingredients_are_refused_with_a_message(url
 
     assert "missing" in says(right, "Could not find enough items")
     says(wrong_amount, "Wrong quantities")
-    says(wrong_output, "Wrong quantities")
+    says(wrong_output, "Could not find enough items")  # the crafted amount is not checked (below)
     says(f"craft 1 {goal} using 1 dirt", "Wrong ingredients")
     says("craft 1 dirt using 1 stick", "Could not find a recipe for dirt")
     says(f"get 1 {goal}", "Could not find")  # craftable items cannot be got
@@ -119,6 +119,28 @@ def test_wrong_quantities_and_missing_ingredients_are_refused_with_a_message(url
     says("dance", "Could not execute")
     says("craft 4 stick using two planks", "Could not read the ingredients")
     assert says("inventory", "Inventory") == "Inventory: You are not carrying anything."
+
+
+def test_a_wrong_or_missing_crafted_amount_crafts_what_the_recipe_makes_as_in_agentgym(url):
+    goal = T.GOALS[first_goal_of_depth(1)]
+    recipe = T.RECIPES[goal][0]
+    ingredients = [(min(T.TAG_MEMBERS[x]) if x in T.TAGS else x, n) for x, n in recipe.inputs]
+    using = " using " + ", ".join(f"{n} {x}" for x, n in ingredients)
+    for crafted, says in [
+        (
+            f"{recipe.count + 1} {goal}",
+            f"Crafted {recipe.count} {goal} (one craft makes {recipe.count}, not {recipe.count + 1}).",
+        ),
+        (goal, f"Crafted {recipe.count} {goal}."),
+    ]:
+        iid = post(url, "/create")["id"]
+        post(url, "/reset", id=iid, data_idx=first_goal_of_depth(1))
+        for x, n in ingredients:
+            assert post(url, "/step", id=iid, action=f"get {n} {x}")["observation"] == f"Got {n} {x}."
+        out = post(url, "/step", id=iid, action=f"craft {crafted}{using}")
+        assert out["observation"] == says
+        assert out["reward"] == 1.0 and out["done"]
+        post(url, "/close", id=iid)
 
 
 def test_distractors_are_stable_for_a_task_and_across_processes(url):
