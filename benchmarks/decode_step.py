@@ -9,7 +9,18 @@ adapters, 16 streams, a ~760-column cache), then times `--steps` decode steps th
 `agent.generate` runs them, for each way the rollout can decode (`kv_cache.Decoder`,
 `agent.generation_model`), interleaved, so that a shared machine's load falls on all alike. Prints
 milliseconds per step against the step's arithmetic (2 x parameters x rows FLOP for the matmuls),
-the figure a well-fed CPU would reach.
+the figure a well-fed CPU would reach, and against the bytes a bf16 step reads (the blocks' weights,
+the float32 LM head and every layer's keys and values) per second: set beside a streaming read's
+(benchmarks/matmul_peak.py), it says how far the step is from the memory's speed.
+
+Way `bf16-lean` runs the bf16 way's steps through `lean_step`, a Llama one-token forward written
+out by hand (no transformers modules, masks or cache classes; q/k/v and gate/up each one matmul):
+what is left of a step once transformers' per-layer overhead is gone. Before the timing, a whole
+run of it is checked against the bf16 way's logits, step by step; it is measured only: the rollout
+keeps transformers' forward.
+Way `bf16-packed` gives the bf16 copy's block linears weights packed once for oneDNN
+(`torch.ops.mkldnn._reorder_linear_weight`, the private op torch.compile's freezing uses) instead
+of the reorder `F.linear` does on every call; also checked, also measured only.
 """
 
 import contextlib
@@ -22,6 +33,7 @@ from dataclasses import dataclass
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 import agent  # noqa: E402
 from config import AgentConfig, load_agent, parse  # noqa: E402
@@ -45,11 +57,13 @@ class DecodeConfig(AgentConfig):
     """decode steps timed per repeat"""
     repeats: int = 3
     """interleaved repeats of each way"""
-    ways: str = "plain,fast,autocast,bf16"
+    ways: str = "plain,fast,autocast,bf16,bf16-lean,bf16-packed"
     """comma-separated: plain (DynamicCache as is), fast (cache reserved), merged (fast, on a float32 copy
     with LoRA merged in), autocast (fast, as train.py ran before generation copies were its default
     under bf16: the frozen base in bf16, the adapters float32, bf16 autocast), bf16 (fast, on a bf16
-    copy with LoRA merged in, under bf16 autocast: train.py's rollout now)"""
+    copy with LoRA merged in, under bf16 autocast: train.py's rollout now), bf16-lean (bf16, each step
+    through `lean_step`; Llama models only), bf16-packed (bf16, the blocks' linears on weights packed
+    for oneDNN once)"""
     padding: int = 3
     """row i gets i x this many columns of left padding (masked), as a rollout's rows of different
     lengths have; 0: none (then the attention takes another kernel: see docs/speed_smollm2.md)"""
@@ -73,24 +87,118 @@ def build(cfg, half_base: bool = False):
     return policy
 
 
-def run(policies, cfg, way: str, profile: bool = False) -> float:
-    """Seconds per decode step, `way` as named in DecodeConfig.ways."""
+def rms(x, norm):
+    """LlamaRMSNorm's forward, op for op (float32 statistics, the weight times the input's dtype)."""
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+    return norm.weight * h.to(x.dtype)
+
+
+def lean_step(model, fused, ids, attn, pos, cache):
+    """The logits (B, V) of one decode step of a Llama `model` whose cache layers are reserved
+    (kv_cache.ReservedLayer): transformers' computation written out, op for op (the same logits, bit
+    for bit, on SmolLM2), without its modules, mask builders and cache classes. `fused`: per layer
+    (W_qkv, W_gate_up), the projections concatenated so that each is one matmul."""
+    m, c = model.model, model.config
+    H, KV, D = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+    x = m.embed_tokens(ids)  # (B, 1, C)
+    B = x.shape[0]
+    cos, sin = (t.unsqueeze(1) for t in m.rotary_emb(x, pos))  # (B, 1, 1, D)
+    T, W = cache.layers[0].keys.shape[2], cache.layers[0].room[0].shape[2]
+    mask = F.pad(attn.bool(), (0, W - T - 1), value=False).view(B, 1, 1, W)  # the room's unfilled columns out
+
+    def rope(t):
+        return t * cos + torch.cat((-t[..., D // 2 :], t[..., : D // 2]), -1) * sin
+
+    for layer, (w_qkv, w_gu), kv in zip(m.layers, fused, cache.layers):
+        q, k, v = F.linear(rms(x, layer.input_layernorm), w_qkv).split([H * D, KV * D, KV * D], -1)
+        q, k = rope(q.view(B, 1, H, D).transpose(1, 2)), rope(k.view(B, 1, KV, D).transpose(1, 2))
+        k_room, v_room = kv.room
+        k_room[:, :, T : T + 1], v_room[:, :, T : T + 1] = k, v.view(B, 1, KV, D).transpose(1, 2)
+        kv.keys, kv.values = k_room[:, :, : T + 1], v_room[:, :, : T + 1]
+        scores = torch.bmm(q.reshape(B * KV, H // KV, D), k_room.view(B * KV, W, D).transpose(1, 2))
+        scores = scores.float().view(B, KV, H // KV, W) * D**-0.5
+        probs = torch.softmax(scores.masked_fill(~mask, float("-inf")), -1).to(v_room.dtype)
+        out = torch.bmm(probs.view(B * KV, H // KV, W), v_room.view(B * KV, W, D))  # (B KV, H/KV, D)
+        x = x + layer.self_attn.o_proj(out.view(B, H, 1, D).transpose(1, 2).reshape(B, 1, H * D))
+        gate, up = F.linear(rms(x, layer.post_attention_layernorm), w_gu).chunk(2, -1)
+        x = x + layer.mlp.down_proj(F.silu(gate) * up)
+    return model.lm_head(rms(x, m.norm)[:, -1, :])
+
+
+def lean(model, step: Decoder):
+    """`step`'s calls (every row live) through `lean_step`, on `step`'s reserved cache."""
+    fused = [
+        (
+            torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]),
+            torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
+        )
+        for a, mlp in ((layer.self_attn, layer.mlp) for layer in model.model.layers)
+    ]
+
+    def call(nxt, live):
+        state = step.state
+        state.attn = torch.cat([state.attn, torch.ones_like(state.attn[:, :1])], dim=1)
+        pos = torch.tensor(state.n).unsqueeze(-1)
+        logits = lean_step(model, fused, nxt.unsqueeze(-1), state.attn, pos, state.cache)
+        state.n = [n + 1 for n in state.n]
+        return logits
+
+    return call
+
+
+class Packed(torch.nn.Module):
+    """`linear` on its weight packed once for oneDNN's bf16 kernel (for `rows`-row inputs)."""
+
+    def __init__(self, linear, rows: int):
+        super().__init__()
+        self.weight = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), rows)
+        self.bias = linear.bias
+
+    def forward(self, x):
+        return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
+
+
+@contextlib.contextmanager
+def packed(model, rows: int):
+    """`model`'s block linears replaced by `Packed` ones inside the `with` (put back after)."""
+    linears = [(n, m) for n, m in model.model.layers.named_modules() if isinstance(m, torch.nn.Linear)]
+
+    def put(name, module):
+        parent, attr = name.rsplit(".", 1)
+        setattr(model.model.layers.get_submodule(parent), attr, module)
+
+    for name, m in linears:
+        put(name, Packed(m, rows))
+    try:
+        yield model
+    finally:
+        for name, m in linears:
+            put(name, m)
+
+
+def run(policies, cfg, way: str, profile: bool = False, logits_out: list | None = None) -> float:
+    """Seconds per decode step, `way` as named in DecodeConfig.ways (each step's logits appended to
+    `logits_out` if given)."""
     policy = policies["half" if way == "autocast" else "float"]
     g = torch.Generator().manual_seed(0)
     V = policy.model.config.vocab_size
     # one prompt for every row (as a GRPO group's first turn): prefill encodes it once and copies
     # its cache rows, and the decode steps cost what they cost for different prompts
     news = [torch.randint(0, V, (cfg.cached,), generator=g).tolist()] * cfg.rows
-    policy.generation_dtype = {"bf16": "bfloat16", "bf16-sdpa": "bfloat16", "merged": "float32"}.get(way, "")
+    bf16 = way.startswith("bf16")
+    policy.generation_dtype = "bfloat16" if bf16 else {"merged": "float32"}.get(way, "")
     model = agent.generation_model(policy)
     if policy.generation_dtype:
         model.set_attn_implementation("sdpa" if way == "bf16-sdpa" else "decode")
-    half = way in ("autocast", "bf16", "bf16-sdpa")
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=half):
+    half = way == "autocast" or bf16
+    swap = packed(model, cfg.rows) if way == "bf16-packed" else contextlib.nullcontext()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=half), swap:
         _, state = prefill(model, news, [0] * cfg.rows, None, 0, "cpu")
         for i in range(cfg.rows):
             state.attn[i, : cfg.padding * i] = 0
         step = Decoder(model, state, cfg.steps, preallocate=way != "plain")
+        step = lean(model, step) if way == "bf16-lean" else step
         nxt = torch.randint(0, V, (cfg.rows,), generator=g)
         live = [1] * cfg.rows
         step(nxt, live)  # warm-up
@@ -100,6 +208,8 @@ def run(policies, cfg, way: str, profile: bool = False) -> float:
             for _ in range(cfg.steps - 1):
                 logits = step(nxt, live)
                 nxt = logits.argmax(-1)
+                if logits_out is not None:
+                    logits_out.append(logits)
     if prof is not None:
         print(f"\n{way}: {1000 * (time.perf_counter() - t0) / (cfg.steps - 1):.1f} ms/step, profiled")
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12))
@@ -114,7 +224,22 @@ def main(cfg: DecodeConfig):
     policy = policies["float"]
     n_params = sum(p.numel() for n, p in policy.model.named_parameters() if "embed" not in n)
     flop = 2 * n_params * cfg.rows
+    c = policy.model.config
+    # what a bf16 step reads: the blocks in bf16, the LM head in float32, each layer's keys and values
+    named = policy.model.named_parameters()
+    blocks = 2 * sum(p.numel() for n, p in named if "embed" not in n and "lora_" not in n)
+    head = 4 * c.vocab_size * c.hidden_size
+    columns = cfg.cached + cfg.steps
+    kv = 2 * 2 * c.num_hidden_layers * cfg.rows * c.num_key_value_heads * columns * c.head_dim
     ways = cfg.ways.split(",")
+    for w in ("bf16-lean", "bf16-packed"):
+        if w in ways:
+            plain, other = [], []
+            run(policies, cfg, "bf16", logits_out=plain), run(policies, cfg, w, logits_out=other)
+            same = all(torch.equal(a, b) for a, b in zip(plain, other))
+            diff = max((a - b).abs().max().item() for a, b in zip(plain, other))
+            verdict = "bit for bit equal" if same else f"max |diff| {diff:.2e}"
+            print(f"{w} against bf16, {len(plain)} steps: {verdict}")
     times = {w: [] for w in ways}
     for _ in range(cfg.repeats):
         for w in ways:
@@ -123,11 +248,16 @@ def main(cfg: DecodeConfig):
         f"\n{cfg.model}, LoRA {cfg.lora_rank}, {cfg.rows} rows, {cfg.cached} cached columns, "
         f"threads {torch.get_num_threads()}, load {os.getloadavg()[0]:.2f}"
     )
+    print(
+        f"  a bf16 step reads {(blocks + head + kv) / 1e6:.0f} MB: blocks {blocks / 1e6:.0f}, "
+        f"LM head (float32) {head / 1e6:.0f}, keys and values {kv / 1e6:.0f}"
+    )
     for w in ways:
         s = statistics.median(times[w])
+        read = f"  {(blocks + head + kv) / s / 1e9:4.1f} GB/s" if w.startswith("bf16") else ""
         print(
-            f"  {w:8s} {1000 * s:7.1f} ms/step  ({' '.join(f'{1000 * t:.1f}' for t in times[w])})"
-            f"  {flop / s / 1e9:5.1f} GFLOP/s  {cfg.rows / s:6.1f} tokens/s"
+            f"  {w:11s} {1000 * s:7.1f} ms/step  ({' '.join(f'{1000 * t:.1f}' for t in times[w])})"
+            f"  {flop / s / 1e9:5.1f} GFLOP/s  {cfg.rows / s:6.1f} tokens/s{read}"
         )
     if cfg.profile:
         for w in ways:

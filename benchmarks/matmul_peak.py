@@ -6,6 +6,12 @@ The yardstick for the update and the decode step (docs/speed_smollm2.md): one ML
 SmolLM2-135M (576 -> 1536), for a decode step's 16 rows and for a micro-batch's 2048, timed in
 interleaved rounds so that a shared machine's load falls on every variant alike. GFLOP/s = 2 M K N
 per second.
+
+Then what a decode step's matmuls meet: 16 rows through 30 different bf16 weights of each of
+SmolLM2's block shapes (as its 30 layers: the weights come from memory, not from the cache), by
+`F.linear` and by oneDNN on weights packed once (`torch.ops.mkldnn._reorder_linear_weight`, the
+private op torch.compile's freezing uses), in GB/s of weights read; beside it, the memory's speed
+for a plain streaming read (the sum of 300 MB of float32).
 """
 
 import os
@@ -29,6 +35,38 @@ def rate(M: int, dtype, threads: int) -> float:
     return 2 * M * K * N * n / (time.perf_counter() - t0) / 1e9
 
 
+def timed(f, *args, n: int = 10) -> float:
+    f(*args)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        f(*args)
+    return (time.perf_counter() - t0) / n
+
+
+def plain_linears(x, ws):
+    return [F.linear(x, w) for w in ws]
+
+
+def packed_linears(x, ws):
+    return [torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "") for w in ws]
+
+
+def decode_rates(threads: int) -> dict:
+    """GB/s of weights read by 16-row bf16 matmuls over 30 weights per shape, plain and packed,
+    and of a streaming read."""
+    torch.set_num_threads(threads)
+    out = {}
+    for n_out, n_in in ((1536, 576), (576, 1536), (576, 576)):
+        ws = [torch.randn(n_out, n_in).bfloat16() for _ in range(30)]
+        packed = [torch.ops.mkldnn._reorder_linear_weight(w, 16) for w in ws]
+        x, nbytes = torch.randn(16, n_in).bfloat16(), 30 * n_out * n_in * 2
+        out[f"{n_in}->{n_out} F.linear"] = nbytes / timed(plain_linears, x, ws) / 1e9
+        out[f"{n_in}->{n_out} packed"] = nbytes / timed(packed_linears, x, packed) / 1e9
+    big = torch.randn(75_000_000)
+    out["streaming read (sum)"] = big.numel() * 4 / timed(big.sum, n=5) / 1e9
+    return out
+
+
 def main(rounds: int = 3):
     ways = [(M, dt, th) for M in (16, 2048) for dt in (torch.float32, torch.bfloat16) for th in (1, 2)]
     got: dict = {w: [] for w in ways}
@@ -41,6 +79,10 @@ def main(rounds: int = 3):
             f"  M={M:5d} {str(dt)[6:]:9s} threads {th}: {' '.join(f'{x:5.1f}' for x in v)}  "
             f"median {statistics.median(v):5.1f}"
         )
+    print("a decode step's matmuls: GB/s of bf16 weights read, 16 rows, 30 weights per shape")
+    for th in (1, 2):
+        for name, v in decode_rates(th).items():
+            print(f"  threads {th}  {name:22s} {v:5.1f} GB/s")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ only by bf16 rounding. And decoding into a reserved cache (kv_cache.reserve), wi
 decode step's own attention (kv_cache.decode_attention), gives what decoding by concatenation and
 SDPA gives."""
 
+import contextlib
 from types import SimpleNamespace
 
 import pytest
@@ -186,3 +187,36 @@ def test_the_copy_finds_the_weights_of_layers_fsdp_wrapped_and_refuses_when_one_
     layers[1].input_layernorm.weight = None  # (a module with no weight: nothing to copy)
     with pytest.raises(RuntimeError, match="input_layernorm"):
         generation_model(policy)
+
+
+def test_the_decode_benchmarks_hand_written_step_and_packed_weights_give_transformers_logits():
+    """benchmarks/decode_step.py measures two ways of a Llama decode step that the rollout does
+    not use: `lean_step` (the step written out by hand) and `Packed` linears (weights packed once
+    for oneDNN). Both are meant to compute what transformers' forward computes, over a reserved
+    cache with left padding."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from benchmarks.decode_step import lean, packed
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=200, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16,
+    )  # fmt: skip
+    news = [IDS[0].tolist(), IDS[1, :7].tolist(), IDS[2, :10].tolist()]
+    for dtype, way in ((torch.float32, "lean"), (torch.bfloat16, "packed")):
+        model = LlamaForCausalLM(config).to(dtype).eval()
+        use_decode_attention(model)
+        out = {}
+        for w in ("transformers", way):
+            swap = packed(model, 3) if w == "packed" else contextlib.nullcontext()
+            with torch.no_grad(), swap:
+                first, state = prefill(model, news, [0, 0, 0], None, 0, "cpu")
+                step = Decoder(model, state, 4)
+                step = lean(model, step) if w == "lean" else step
+                nxt, got = first.argmax(-1), []
+                for _ in range(4):
+                    got.append(step(nxt, [1, 1, 1]).float())
+                    nxt = got[-1].argmax(-1)
+            out[w] = torch.stack(got)
+        torch.testing.assert_close(out[way], out["transformers"], atol=1e-4, rtol=0)
