@@ -14,10 +14,10 @@ the float32 LM head and every layer's keys and values) per second: set beside a 
 (benchmarks/matmul_peak.py), it says how far the step is from the memory's speed.
 
 Way `bf16-lean` runs the bf16 way's steps through `lean_step`, a Llama one-token forward written
-out by hand (no transformers modules, masks or cache classes; q/k/v and gate/up each one matmul):
-what is left of a step once transformers' per-layer overhead is gone. Before the timing, a whole
-run of it is checked against the bf16 way's logits, step by step; it is measured only: the rollout
-keeps transformers' forward.
+out by hand (transformers' norms, none of its attention or MLP modules, masks or cache classes;
+q/k/v and gate/up each one matmul): what is left of a step once transformers' per-layer overhead
+is gone. Before the timing, a whole run of it is checked against the bf16 way's logits, step by
+step; it is measured only: the rollout keeps transformers' forward.
 Way `bf16-packed` gives the bf16 copy's block linears weights packed once for oneDNN
 (`torch.ops.mkldnn._reorder_linear_weight`, the private op torch.compile's freezing uses) instead
 of the reorder `F.linear` does on every call; also checked, also measured only.
@@ -34,6 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb  # noqa: E402
 
 import agent  # noqa: E402
 from config import AgentConfig, load_agent, parse  # noqa: E402
@@ -87,32 +88,25 @@ def build(cfg, half_base: bool = False):
     return policy
 
 
-def rms(x, norm):
-    """LlamaRMSNorm's forward, op for op (float32 statistics, the weight times the input's dtype)."""
-    h = x.float()
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
-    return norm.weight * h.to(x.dtype)
-
-
 def lean_step(model, fused, ids, attn, pos, cache):
     """The logits (B, V) of one decode step of a Llama `model` whose cache layers are reserved
     (kv_cache.ReservedLayer): transformers' computation written out, op for op (the same logits, bit
-    for bit, on SmolLM2), without its modules, mask builders and cache classes. `fused`: per layer
+    for bit, on SmolLM2), with its norms and rotary embedding but without its attention and MLP
+    modules, mask builders and cache classes. `fused`: per layer
     (W_qkv, W_gate_up), the projections concatenated so that each is one matmul."""
     m, c = model.model, model.config
     H, KV, D = c.num_attention_heads, c.num_key_value_heads, c.head_dim
     x = m.embed_tokens(ids)  # (B, 1, C)
     B = x.shape[0]
-    cos, sin = (t.unsqueeze(1) for t in m.rotary_emb(x, pos))  # (B, 1, 1, D)
+    cos, sin = m.rotary_emb(x, pos)  # (B, 1, D)
     T, W = cache.layers[0].keys.shape[2], cache.layers[0].room[0].shape[2]
     mask = F.pad(attn.bool(), (0, W - T - 1), value=False).view(B, 1, 1, W)  # the room's unfilled columns out
 
-    def rope(t):
-        return t * cos + torch.cat((-t[..., D // 2 :], t[..., : D // 2]), -1) * sin
-
     for layer, (w_qkv, w_gu), kv in zip(m.layers, fused, cache.layers):
-        q, k, v = F.linear(rms(x, layer.input_layernorm), w_qkv).split([H * D, KV * D, KV * D], -1)
-        q, k = rope(q.view(B, 1, H, D).transpose(1, 2)), rope(k.view(B, 1, KV, D).transpose(1, 2))
+        q, k, v = F.linear(layer.input_layernorm(x), w_qkv).split([H * D, KV * D, KV * D], -1)
+        q, k = apply_rotary_pos_emb(
+            q.view(B, 1, H, D).transpose(1, 2), k.view(B, 1, KV, D).transpose(1, 2), cos, sin
+        )
         k_room, v_room = kv.room
         k_room[:, :, T : T + 1], v_room[:, :, T : T + 1] = k, v.view(B, 1, KV, D).transpose(1, 2)
         kv.keys, kv.values = k_room[:, :, : T + 1], v_room[:, :, : T + 1]
@@ -121,9 +115,9 @@ def lean_step(model, fused, ids, attn, pos, cache):
         probs = torch.softmax(scores.masked_fill(~mask, float("-inf")), -1).to(v_room.dtype)
         out = torch.bmm(probs.view(B * KV, H // KV, W), v_room.view(B * KV, W, D))  # (B KV, H/KV, D)
         x = x + layer.self_attn.o_proj(out.view(B, H, 1, D).transpose(1, 2).reshape(B, 1, H * D))
-        gate, up = F.linear(rms(x, layer.post_attention_layernorm), w_gu).chunk(2, -1)
+        gate, up = F.linear(layer.post_attention_layernorm(x), w_gu).chunk(2, -1)
         x = x + layer.mlp.down_proj(F.silu(gate) * up)
-    return model.lm_head(rms(x, m.norm)[:, -1, :])
+    return model.lm_head(m.norm(x)[:, -1, :])
 
 
 def lean(model, step: Decoder):
