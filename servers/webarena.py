@@ -685,10 +685,13 @@ class WebArenaEnv:
                 and "enter" in args[0].lower()
             )
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(started.wait(), 1.0 if likely else 0.05)
+                await asyncio.wait_for(started.wait(), 3.0 if likely else 0.05)
             if started.is_set():
                 await asyncio.wait_for(loaded.wait(), 15)
             await page.wait_for_load_state("load")
+            if started.is_set() and not loaded.is_set():  # it started late, on a busy machine
+                await asyncio.wait_for(loaded.wait(), 15)
+                await page.wait_for_load_state("load")
         finally:
             page.remove_listener("request", on_request)
             page.remove_listener("load", on_load)
