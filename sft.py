@@ -472,10 +472,11 @@ def plot_loss(metrics_path: str, png: str) -> None:
 # ---------------------------------------------------------------------------------------------
 
 # What each server here answers to a reply whose action it did not carry out (servers/<env>.py):
-# no action in it, or one the environment cannot do (TextCraft: an unknown item, missing ingredients).
+# no action in it, or one the environment cannot do (TextCraft: an unknown item, missing ingredients,
+# ingredients no recipe uses, the wrong amounts of them).
 INVALID = {
     "babyai": ("is not an available action",),
-    "textcraft": ("Could not ", "Wrong quantities"),
+    "textcraft": ("Could not ", "Wrong quantities", "Wrong ingredients"),
     "sciworld": ("No known action matches that input",),
     "searchqa": ("Your reply holds no complete tag",),
     "webarena": ("Invalid action:",),

@@ -18,7 +18,9 @@ base/ (SmolLM2 before anything), sft/ (sft.py on the first N successful demonstr
 dagger_policy/ + dagger/ + sft2/ (a DAgger round: the SFT policy's own train episodes, relabelled
 by the expert, then one more epoch on the demonstrations and every round's labels; a second round
 writes dagger2_policy/ + dagger2/ + sft3/; RECIPES[env]["dagger"]), rl_s<seed>/ (train.py from the last SFT
-checkpoint; its eval_before is the SFT row, its eval_after the RL row, on the same test tasks).
+checkpoint; its eval_before is the SFT row, its eval_after the RL row, on the same test tasks), and
+where a recipe has `wide`, sft_wide/ and rl_s<seed>_wide/ (eval.py: the last SFT checkpoint and each
+RL checkpoint on more test episodes, the same ones for all: a second row, less noisy than RL's own).
 Each stage's wall time goes to times.json.
 """
 
@@ -26,6 +28,7 @@ import argparse
 import json
 import math
 import os
+import re
 import shlex
 import statistics
 import subprocess
@@ -46,6 +49,8 @@ FREE = "--mask-actions off --context-turns 0 --max-new-tokens 64"
 # tasks (envs.py's find-train / find-test). TextCraft's RL draws depth-1 goals (`rl_splits`: its train
 # split is mostly depth 2-4, which 5 turns cannot craft: every group failed alike, no signal) and so do
 # its DAgger rounds (a third round on the next, deeper train goals taught nothing: docs/sft.md).
+# `wide` = (tasks, samples): the larger evaluation of the SFT and RL checkpoints, at seed 1 (20 tasks
+# once carry about ±11 points; TextCraft's depth-1 test goals, all 25 x 4 samples, about ±5).
 RECIPES = {
     "babyai": dict(expert=80, demos=64, test=30, rounds="5", dagger=[32]),
     "textcraft": dict(
@@ -56,6 +61,7 @@ RECIPES = {
         dagger=[32],
         dagger_split="depth1-train",
         rl_splits=("depth1-train", "depth1-test"),
+        wide=(25, 4),
     ),
     "searchqa": dict(expert=80, demos=64, test=60, rounds="5", dagger=[], steps=16),
     "webarena": dict(expert=28, demos=28, test=7, rounds="5", dagger=[28], parallel=4),
@@ -158,6 +164,16 @@ def recipe(env: str, root: str, seeds: list[int], extra: list[str]) -> None:
     )
     for seed in seeds:
         stage(d, f"rl_s{seed}", f"{rl} --seed {seed} --out {d}/rl_s{seed}", extra)
+    if r.get("wide") and seeds:
+        tasks, samples = r["wide"]
+        wide = (
+            f"--env {env} --split {test} --limit {tasks} --n-samples {samples} --seed 1 "
+            f"--max-turns {turns} {FREE}"
+        )
+        stage(d, "sft_wide", f"eval.py --model {start} {wide} --out {d}/sft_wide", extra)
+        for seed in seeds:
+            name = f"rl_s{seed}_wide"
+            stage(d, name, f"eval.py --model {d}/rl_s{seed}/checkpoint {wide} --out {d}/{name}", extra)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -181,7 +197,7 @@ def valid_share(path: str, env: str) -> tuple[int, int]:
 def row(env: str, root: str) -> dict | None:
     """One environment's measured figures, from what its recipe left in <root>/<env>/."""
     d = os.path.join(root, env)
-    runs = sorted(n for n in os.listdir(d) if n.startswith("rl_s")) if os.path.isdir(d) else []
+    runs = sorted(n for n in os.listdir(d) if re.fullmatch(r"rl_s\d+", n)) if os.path.isdir(d) else []
     runs = [n for n in runs if os.path.exists(os.path.join(d, n, "summary.json"))]
     if not runs:
         return None
@@ -202,6 +218,15 @@ def row(env: str, root: str) -> dict | None:
         n = "" if s["n_episodes"] == summaries[0]["eval_after"]["n_episodes"] else f" (n={s['n_episodes']})"
         return f"{100 * s[metric]:.1f}{n}"
 
+    def wide(name: str) -> tuple[float, int, tuple[int, int]] | None:
+        """The `wide` evaluation of a checkpoint: (figure, episodes, valid replies), None if not run."""
+        path = os.path.join(d, f"{name}_wide")
+        if not os.path.exists(os.path.join(path, "summary.json")):
+            return None
+        s = json.load(open(os.path.join(path, "summary.json")))
+        return s[metric], s["n_episodes"], valid_share(os.path.join(path, "trajectories.jsonl"), env)
+
+    wides = [wide("sft")] + [wide(n) for n in runs]
     times_path = os.path.join(d, "times.json")
     times = json.load(open(times_path)) if os.path.exists(times_path) else {}
     before = [s["eval_before"][metric] for s in summaries]
@@ -215,6 +240,7 @@ def row(env: str, root: str) -> dict | None:
         gain=[a - b for a, b in zip(after, before)],
         valid=valid,
         rl_seconds=[times.get(n) for n in runs],
+        wide=wides if all(wides) else None,  # the SFT checkpoint's, then each seed's
     )
 
 
@@ -237,6 +263,14 @@ def table(root: str) -> str:
             f"| **{mean_se(f['rl'])}** | {mean_se(f['gain'])} | {share(f['valid']['eval_before'])} -> "
             f"{share(f['valid']['eval_after'])} | {secs or '-'} | {paper} |"
         )
+        if f["wide"]:  # the same checkpoints on more episodes
+            (sft, n, sft_valid), rl = f["wide"][0], f["wide"][1:]
+            valid_after = tuple(sum(v[i] for _, _, v in rl) for i in (0, 1))
+            lines.append(
+                f"| {NAMES[env]} (the same checkpoints, {n} episodes) | | | {100 * sft:.1f} "
+                f"| **{mean_se([x for x, _, _ in rl])}** | {mean_se([x - sft for x, _, _ in rl])} "
+                f"| {share(sft_valid)} -> {share(valid_after)} | | |"
+            )
     return head + "\n".join(lines) + "\n"
 
 

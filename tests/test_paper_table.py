@@ -49,6 +49,39 @@ def test_the_row_is_the_mean_and_standard_error_of_the_seeds_eval_before_and_aft
     assert "TextCraft" not in text
 
 
+def test_a_wide_evaluation_is_a_second_row_of_the_same_checkpoints(tmp_path):
+    """sft_wide/ and rl_s<seed>_wide/ (eval.py outputs) give a row under the environment's: the SFT
+    checkpoint's figure, the RL checkpoints' mean ± standard error and their gains over it; the
+    wide folders are not RL runs."""
+    import paper_table
+
+    d = tmp_path / "textcraft"
+    _run(d / "rl_s0", before=0.5, after=0.5, invalid_after=0)
+    _run(d / "rl_s1", before=0.5, after=0.5, invalid_after=0)
+    for name, rate, bad in (("sft_wide", 0.57, 1), ("rl_s0_wide", 0.65, 0), ("rl_s1_wide", 0.67, 2)):
+        os.makedirs(d / name)
+        s = {"n_tasks": 25, "n_episodes": 100, "success_rate": rate}
+        (d / name / "summary.json").write_text(json.dumps(s))
+        episodes = [  # two 2-reply episodes; `bad` replies answered with a TextCraft refusal
+            {
+                "actions": ["get 1 x", "craft 1 y using 1 x"],
+                "observations": ["goal", "Got 1 x.", "Crafted 1 y."],
+            }
+            for _ in range(2)
+        ]
+        for i in range(bad):
+            episodes[i]["observations"][2] = "Wrong ingredients: no recipe for y uses 1 x."
+        (d / name / "trajectories.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes))
+    text = paper_table.table(str(tmp_path))
+    first, wide = [x for x in text.splitlines() if x.startswith("| TextCraft")]
+    assert first.startswith("| TextCraft (2) |") and "| **50.0 ± 0.0** |" in first  # the RL runs' row
+    cells = [c.strip() for c in wide.split("|")[1:-1]]
+    assert cells[0] == "TextCraft (the same checkpoints, 100 episodes)"
+    assert cells[3:7] == ["57.0", "**66.0 ± 1.0**", "9.0 ± 1.0", "3/4 (0.75) -> 6/8 (0.75)"]
+    os.remove(d / "rl_s1_wide" / "summary.json")  # a seed's wide evaluation not run: no second row
+    assert len([x for x in paper_table.table(str(tmp_path)).splitlines() if x.startswith("| TextCraft")]) == 1
+
+
 def test_a_stage_whose_output_exists_is_skipped(tmp_path):
     import paper_table
 
@@ -77,7 +110,7 @@ def test_dagger_rounds_take_the_next_train_tasks_and_train_on_every_rounds_label
     paper_table.recipe("textcraft", str(tmp_path), [0], [])
     cmd = dict(calls)
     d, ids = f"{tmp_path}/textcraft", paper_table.split_ids("textcraft", "depth1-train")
-    names = "demos base sft dagger_policy dagger sft2 dagger2_policy dagger2 sft3 rl_s0"
+    names = "demos base sft dagger_policy dagger sft2 dagger2_policy dagger2 sft3 rl_s0 sft_wide rl_s0_wide"
     assert [n for n, _ in calls] == names.split()
     assert f"--model {d}/sft/checkpoint" in cmd["dagger_policy"]
     assert f"--task-ids {','.join(map(str, ids[:2]))} " in cmd["dagger_policy"]
@@ -89,6 +122,10 @@ def test_dagger_rounds_take_the_next_train_tasks_and_train_on_every_rounds_label
         in cmd["sft3"]
     )
     assert f"--model {d}/sft3/checkpoint" in cmd["rl_s0"]
+    # the wide evaluation: the RL start and the RL checkpoint on the same 25 x 4 test episodes
+    wide = "--env textcraft --split depth1-test --limit 25 --n-samples 4 --seed 1 --max-turns 5 "
+    assert f"--model {d}/sft3/checkpoint {wide}" in cmd["sft_wide"]
+    assert f"--model {d}/rl_s0/checkpoint {wide}" in cmd["rl_s0_wide"]
 
 
 def test_a_dagger_round_past_the_end_of_its_split_revisits_its_first_tasks(tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ import pytest
 import requests
 
 import servers.textcraft as T
+import sft
 from envs import ENVS
 
 
@@ -102,10 +103,14 @@ def test_wrong_ingredient_amounts_and_missing_ingredients_are_refused_with_a_mes
     wrong_amount = f"craft {recipe.count} {goal} using " + ", ".join(f"{n + 1} {x}" for x, n in ingredients)
     wrong_output = f"craft {recipe.count + 1} {goal} using " + ", ".join(f"{n} {x}" for x, n in ingredients)
 
+    refused = {"actions": [], "observations": [""]}  # as eval.py records an episode
+
     def says(action, *starts):
         out = post(url, "/step", id=iid, action=action)
         assert out["observation"].startswith(starts), (action, out["observation"])
         assert out["reward"] == 0 and not out["done"]
+        refused["actions"].append(action)
+        refused["observations"].append(out["observation"])
         return out["observation"]
 
     assert "missing" in says(right, "Could not find enough items")
@@ -118,6 +123,8 @@ def test_wrong_ingredient_amounts_and_missing_ingredients_are_refused_with_a_mes
     says("get 0 oak logs", "Could not get")
     says("dance", "Could not execute")
     says("craft 4 stick using two planks", "Could not read the ingredients")
+    # every one of these answers is an action not carried out: sft.valid_replies counts none valid
+    assert sft.valid_replies([refused], "textcraft") == (0, len(refused["actions"]))
     assert says("inventory", "Inventory") == "Inventory: You are not carrying anything."
 
 
