@@ -21,6 +21,9 @@ step; it is measured only: the rollout keeps transformers' forward.
 Way `bf16-packed` gives the bf16 copy's block linears weights packed once for oneDNN
 (`torch.ops.mkldnn._reorder_linear_weight`, the private op torch.compile's freezing uses) instead
 of the reorder `F.linear` does on every call; also checked, also measured only.
+Way `bf16-int8` gives them int8 copies of their weights instead (`Int8`: one scale per output row,
+fbgemm's dynamic quantization): half the bytes of bf16. Not the same model: its check prints how far
+its first step's log-probs are from the bf16 way's and how many steps pick the same tokens.
 """
 
 import contextlib
@@ -64,7 +67,7 @@ class DecodeConfig(AgentConfig):
     under bf16: the frozen base in bf16, the adapters float32, bf16 autocast), bf16 (fast, on a bf16
     copy with LoRA merged in, under bf16 autocast: train.py's rollout now), bf16-lean (bf16, each step
     through `lean_step`; Llama models only), bf16-packed (bf16, the blocks' linears on weights packed
-    for oneDNN once)"""
+    for oneDNN once), bf16-int8 (bf16, the blocks' linears on int8 weights)"""
     padding: int = 3
     """row i gets i x this many columns of left padding (masked), as a rollout's rows of different
     lengths have; 0: none (then the attention takes another kernel: see docs/speed_smollm2.md)"""
@@ -153,9 +156,25 @@ class Packed(torch.nn.Module):
         return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
 
 
+class Int8(torch.nn.Module):
+    """`linear` on an int8 copy of its weight, one scale per output row (fbgemm's dynamic linear:
+    each input quantized on the fly, the product back in the input's dtype)."""
+
+    def __init__(self, linear):
+        super().__init__()
+        w = linear.weight.detach().float()
+        scales = (w.abs().amax(dim=1) / 127).clamp(min=1e-12).double()
+        q = torch.quantize_per_channel(w, scales, torch.zeros_like(scales, dtype=torch.long), 0, torch.qint8)
+        bias = None if linear.bias is None else linear.bias.detach().float()
+        self.weight = torch.ops.quantized.linear_prepack(q, bias)
+
+    def forward(self, x):
+        return torch.ops.quantized.linear_dynamic(x.float(), self.weight).to(x.dtype)
+
+
 @contextlib.contextmanager
-def packed(model, rows: int):
-    """`model`'s block linears replaced by `Packed` ones inside the `with` (put back after)."""
+def swapped(model, make):
+    """`model`'s block linears replaced by `make(linear)` inside the `with` (put back after)."""
     linears = [(n, m) for n, m in model.model.layers.named_modules() if isinstance(m, torch.nn.Linear)]
 
     def put(name, module):
@@ -163,12 +182,17 @@ def packed(model, rows: int):
         setattr(model.model.layers.get_submodule(parent), attr, module)
 
     for name, m in linears:
-        put(name, Packed(m, rows))
+        put(name, make(m))
     try:
         yield model
     finally:
         for name, m in linears:
             put(name, m)
+
+
+def packed(model, rows: int):
+    """`model`'s block linears replaced by `Packed` ones inside the `with`."""
+    return swapped(model, lambda m: Packed(m, rows))
 
 
 def run(policies, cfg, way: str, profile: bool = False, logits_out: list | None = None) -> float:
@@ -186,7 +210,8 @@ def run(policies, cfg, way: str, profile: bool = False, logits_out: list | None 
     if policy.generation_dtype:
         model.set_attn_implementation("sdpa" if way == "bf16-sdpa" else "decode")
     half = way == "autocast" or bf16
-    swap = packed(model, cfg.rows) if way == "bf16-packed" else contextlib.nullcontext()
+    swap = {"bf16-packed": lambda: packed(model, cfg.rows), "bf16-int8": lambda: swapped(model, Int8)}
+    swap = swap.get(way, contextlib.nullcontext)()
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=half), swap:
         _, state = prefill(model, news, [0] * cfg.rows, None, 0, "cpu")
         for i in range(cfg.rows):
@@ -234,6 +259,18 @@ def main(cfg: DecodeConfig):
             diff = max((a - b).abs().max().item() for a, b in zip(plain, other))
             verdict = "bit for bit equal" if same else f"max |diff| {diff:.2e}"
             print(f"{w} against bf16, {len(plain)} steps: {verdict}")
+    if "bf16-int8" in ways:  # another model: how far from bf16 at the first step, the same tokens?
+        plain, other = [], []
+        run(policies, cfg, "bf16", logits_out=plain), run(policies, cfg, "bf16-int8", logits_out=other)
+        a, b = plain[0].float().log_softmax(-1), other[0].float().log_softmax(-1)
+        chosen = a.argmax(-1, keepdim=True)
+        gap = (a.gather(-1, chosen) - b.gather(-1, chosen)).abs().mean().item()
+        same = sum(torch.equal(x.argmax(-1), y.argmax(-1)) for x, y in zip(plain, other))
+        print(
+            f"bf16-int8 against bf16: first step's mean |log-prob diff| at bf16's top token {gap:.3f}, "
+            f"max |logit diff| {(plain[0] - other[0]).abs().max().item():.2f}; same tokens in {same} of "
+            f"{len(plain)} steps"
+        )
     times = {w: [] for w in ways}
     for _ in range(cfg.repeats):
         for w in ways:

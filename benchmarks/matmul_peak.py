@@ -11,7 +11,10 @@ Then what a decode step's matmuls meet: 16 rows through 30 different bf16 weight
 SmolLM2's block shapes (as its 30 layers: the weights come from memory, not from the cache), by
 `F.linear` and by oneDNN on weights packed once (`torch.ops.mkldnn._reorder_linear_weight`, the
 private op torch.compile's freezing uses), in GB/s of weights read; beside it, the memory's speed
-for a plain streaming read (the sum of 300 MB of float32).
+for a plain streaming read (the sum of 300 MB of float32). And fewer bytes: the same matmuls on
+int8 weights (fbgemm's dynamic quantization, `torch.ops.quantized.linear_dynamic`: float32 rows,
+each weight's int8 copy at one scale), in GB/s of int8 weights read and as times faster than
+`F.linear` on the bf16 weights.
 """
 
 import os
@@ -51,17 +54,33 @@ def packed_linears(x, ws):
     return [torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "") for w in ws]
 
 
+def int8_linears(x, ws):
+    return [torch.ops.quantized.linear_dynamic(x, w) for w in ws]
+
+
+def int8_weight(w: torch.Tensor):
+    """`w` quantized to int8 at one scale and packed for fbgemm's dynamic linear."""
+    w = w.float()
+    q = torch.quantize_per_tensor(w, w.abs().max().item() / 127, 0, torch.qint8)
+    return torch.ops.quantized.linear_prepack(q, None)
+
+
 def decode_rates(threads: int) -> dict:
     """GB/s of weights read by 16-row bf16 matmuls over 30 weights per shape, plain and packed,
-    and of a streaming read."""
+    by the same matmuls on int8 weights (and how many times faster than plain), and of a streaming
+    read."""
     torch.set_num_threads(threads)
     out = {}
     for n_out, n_in in ((1536, 576), (576, 1536), (576, 576)):
         ws = [torch.randn(n_out, n_in).bfloat16() for _ in range(30)]
         packed = [torch.ops.mkldnn._reorder_linear_weight(w, 16) for w in ws]
         x, nbytes = torch.randn(16, n_in).bfloat16(), 30 * n_out * n_in * 2
-        out[f"{n_in}->{n_out} F.linear"] = nbytes / timed(plain_linears, x, ws) / 1e9
+        plain = timed(plain_linears, x, ws)
+        out[f"{n_in}->{n_out} F.linear"] = nbytes / plain / 1e9
         out[f"{n_in}->{n_out} packed"] = nbytes / timed(packed_linears, x, packed) / 1e9
+        int8 = timed(int8_linears, x.float(), [int8_weight(w) for w in ws])
+        out[f"{n_in}->{n_out} int8"] = nbytes / 2 / int8 / 1e9
+        out[f"{n_in}->{n_out} int8, x F.linear"] = plain / int8
     big = torch.randn(75_000_000)
     out["streaming read (sum)"] = big.numel() * 4 / timed(big.sum, n=5) / 1e9
     return out
@@ -82,7 +101,8 @@ def main(rounds: int = 3):
     print("a decode step's matmuls: GB/s of bf16 weights read, 16 rows, 30 weights per shape")
     for th in (1, 2):
         for name, v in decode_rates(th).items():
-            print(f"  threads {th}  {name:22s} {v:5.1f} GB/s")
+            unit = "" if name.endswith("x F.linear") else " GB/s"
+            print(f"  threads {th}  {name:27s} {v:5.1f}{unit}")
 
 
 if __name__ == "__main__":

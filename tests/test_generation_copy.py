@@ -220,3 +220,23 @@ def test_the_decode_benchmarks_hand_written_step_and_packed_weights_give_transfo
                     nxt = got[-1].argmax(-1)
             out[w] = torch.stack(got)
         torch.testing.assert_close(out[way], out["transformers"], atol=1e-4, rtol=0)
+
+
+def test_the_decode_benchmarks_int8_linear_is_the_linear_at_int8_precision():
+    """benchmarks/decode_step.py's `bf16-int8` way (measured, not used): `Int8` is a linear layer on
+    an int8 copy of its weight, one scale per output row, so it computes the layer to within int8's
+    rounding (1-2% here: the inputs are quantized on the fly too), the rows of a weight row scaled
+    100x as well as the others (one scale for the whole weight: 41% off)."""
+    from benchmarks.decode_step import Int8
+
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(64, 48)
+    with torch.no_grad():
+        linear.weight[3] *= 100  # a row of another scale: per-row scales keep the others precise
+    x = torch.randn(5, 64).bfloat16()
+    want, got = linear(x.float()), Int8(linear)(x)
+    assert got.dtype == torch.bfloat16
+    others = [i for i in range(48) if i != 3]
+    for rows in (others, [3]):
+        err = (got.float()[:, rows] - want[:, rows]).norm() / want[:, rows].norm()
+        assert err < 0.03, (rows, err)
