@@ -14,7 +14,8 @@ private op torch.compile's freezing uses), in GB/s of weights read; beside it, t
 for a plain streaming read (the sum of 300 MB of float32). And fewer bytes: the same matmuls on
 int8 weights (fbgemm's dynamic quantization, `torch.ops.quantized.linear_dynamic`: float32 rows,
 each weight's int8 copy at one scale), in GB/s of int8 weights read and as times faster than
-`F.linear` on the bf16 weights.
+`F.linear` on the bf16 weights; and weight-only int8 (`aten._weight_int8pack_mm`: bf16 rows, int8
+weights with one scale per output row, the model's activations left as they are), the same way.
 """
 
 import os
@@ -58,6 +59,16 @@ def int8_linears(x, ws):
     return [torch.ops.quantized.linear_dynamic(x, w) for w in ws]
 
 
+def int8_weight_only(x, ws):
+    return [torch.ops.aten._weight_int8pack_mm(x, q, scales) for q, scales in ws]
+
+
+def int8_rows(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`w` as int8 with one bf16 scale per output row."""
+    scales = w.float().abs().amax(dim=1) / 127
+    return torch.round(w.float() / scales[:, None]).to(torch.int8), scales.bfloat16()
+
+
 def int8_weight(w: torch.Tensor):
     """`w` quantized to int8 at one scale and packed for fbgemm's dynamic linear."""
     w = w.float()
@@ -81,6 +92,9 @@ def decode_rates(threads: int) -> dict:
         int8 = timed(int8_linears, x.float(), [int8_weight(w) for w in ws])
         out[f"{n_in}->{n_out} int8"] = nbytes / 2 / int8 / 1e9
         out[f"{n_in}->{n_out} int8, x F.linear"] = plain / int8
+        weight_only = timed(int8_weight_only, x, [int8_rows(w) for w in ws])
+        out[f"{n_in}->{n_out} int8 weight-only"] = nbytes / 2 / weight_only / 1e9
+        out[f"{n_in}->{n_out} weight-only, x F.linear"] = plain / weight_only
     big = torch.randn(75_000_000)
     out["streaming read (sum)"] = big.numel() * 4 / timed(big.sum, n=5) / 1e9
     return out
@@ -102,7 +116,7 @@ def main(rounds: int = 3):
     for th in (1, 2):
         for name, v in decode_rates(th).items():
             unit = "" if name.endswith("x F.linear") else " GB/s"
-            print(f"  threads {th}  {name:27s} {v:5.1f}{unit}")
+            print(f"  threads {th}  {name:30s} {v:5.1f}{unit}")
 
 
 if __name__ == "__main__":
