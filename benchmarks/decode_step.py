@@ -210,8 +210,8 @@ def run(policies, cfg, way: str, profile: bool = False, logits_out: list | None 
     if policy.generation_dtype:
         model.set_attn_implementation("sdpa" if way == "bf16-sdpa" else "decode")
     half = way == "autocast" or bf16
-    swap = {"bf16-packed": lambda: packed(model, cfg.rows), "bf16-int8": lambda: swapped(model, Int8)}
-    swap = swap.get(way, contextlib.nullcontext)()
+    swaps = {"bf16-packed": lambda: packed(model, cfg.rows), "bf16-int8": lambda: swapped(model, Int8)}
+    swap = swaps.get(way, contextlib.nullcontext)()
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=half), swap:
         _, state = prefill(model, news, [0] * cfg.rows, None, 0, "cpu")
         for i in range(cfg.rows):

@@ -225,8 +225,8 @@ def test_the_decode_benchmarks_hand_written_step_and_packed_weights_give_transfo
 def test_the_decode_benchmarks_int8_linear_is_the_linear_at_int8_precision():
     """benchmarks/decode_step.py's `bf16-int8` way (measured, not used): `Int8` is a linear layer on
     an int8 copy of its weight, one scale per output row, so it computes the layer to within int8's
-    rounding (1-2% here: the inputs are quantized on the fly too), the rows of a weight row scaled
-    100x as well as the others (one scale for the whole weight: 41% off)."""
+    rounding (1-2% here: the inputs are quantized on the fly too), the output of a weight row scaled
+    100x as precisely as the others (one scale for the whole weight puts those 41% off)."""
     from benchmarks.decode_step import Int8
 
     torch.manual_seed(0)
