@@ -240,3 +240,49 @@ def test_the_decode_benchmarks_int8_linear_is_the_linear_at_int8_precision():
     for rows in (others, [3]):
         err = (got.float()[:, rows] - want[:, rows]).norm() / want[:, rows].norm()
         assert err < 0.03, (rows, err)
+
+
+def test_prompt_lookup_counts_a_copied_reply_in_fewer_steps_and_a_new_one_a_step_a_token():
+    """benchmarks/prompt_lookup.py counts the decode steps speculation from the prompt would take:
+    a draft copies what followed the reply's last tokens earlier in the context, and a step keeps
+    the draft's matching prefix plus the one token it samples itself."""
+    from benchmarks.prompt_lookup import draft, steps_for
+
+    context = [7, 1, 2, 3, 4, 5, 9]
+    assert draft(context + [1, 2], 3) == [3, 4, 5]  # the match of the last 2 tokens, 3 tokens on
+    assert draft([1, 2, 8, 1, 2, 9, 1, 2], 2) == [9, 1]  # the most recent match
+    assert draft([5, 6], 4) == []
+    # no earlier 9 for the first step to copy from: it samples 1 alone; then each step drafts what
+    # followed in the context and keeps it all: 1 | 2 3 4 5 9 with k = 4, 1 | 2 3 | 4 5 | 9 with k = 1
+    assert steps_for(context, [1, 2, 3, 4, 5, 9], 4) == 2
+    assert steps_for(context, [1, 2, 3, 4, 5, 9], 1) == 4
+    assert steps_for([100, 101], [11, 12, 13], 4) == 3  # nothing to copy: one step a token
+
+
+def test_prompt_lookups_verification_attention_gives_transformers_logits_for_several_tokens():
+    """benchmarks/prompt_lookup.py times a verification (q new tokens per row on a reserved cache)
+    through `verify_attention`, the rollout's one-token attention generalized to q tokens: it has to
+    compute what transformers' SDPA computes, causal within the q."""
+    from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+
+    from benchmarks.prompt_lookup import use_verify_attention
+    from machinery.kv_cache import reserve
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=200, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16,
+    )  # fmt: skip
+    model = LlamaForCausalLM(config).eval()
+    prompt, new = IDS[:2, :6], IDS[:2, 6:9]  # (2, 6) cached, (2, 3) to verify
+    out = {}
+    for way in ("sdpa", "verify"):
+        model.set_attn_implementation("sdpa")
+        with torch.no_grad():
+            cache = DynamicCache(config=config)
+            model(prompt, cache=cache, use_cache=True)
+            if way == "verify":
+                reserve(cache, 8)
+                use_verify_attention(model)
+            out[way] = model(new, cache=cache, use_cache=True).logits  # (2, 3, V)
+    torch.testing.assert_close(out["verify"], out["sdpa"], atol=1e-5, rtol=0)
