@@ -13,7 +13,7 @@ exactly when the token an ordinary rollout samples is d. So the decode steps spe
 take on a set of sampled replies can be counted on the replies themselves: no model needed.
 
 Two halves, each printing figures:
-1. **Replies per step**: from eval.py's or train.py's `trajectories.jsonl` (each reply tokenized as
+1. **Reply tokens per step**: from eval.py's or train.py's `trajectories.jsonl` (each reply tokenized as
    the rollout's chat template lays it out, its end-of-turn token included), the tokens one decode
    step would produce on average, for k = 1, 2, 4, 8 (the longest context n-gram of 3, 2 or 1
    tokens; the most recent match).
