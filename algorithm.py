@@ -1,10 +1,13 @@
 """What every algorithm shares: the interface `train.py` calls, and the clipped policy loss.
 
-Where it sits: `train.py` picks `ALGOS[cfg.algo]`, an `Algorithm`, and never names one. Per run it
-calls `init` once (when the algorithm keeps a `State`, e.g. PPO's critic); per step
-`advantages(batch, cfg, state)` once, then `loss(logp, entropy, minibatch, cfg, state)` on each
-minibatch, and it steps, clips, saves and restores the state's optimizer beside the policy's.
-Adding an algorithm is one file that builds an `Algorithm` and one line in `train.ALGOS`.
+Where it sits: `train.py` picks `algos.ALGOS[cfg.algo]`, an `Algorithm`, and never names one. Per
+run it calls `init` once (when the algorithm keeps a `State`, e.g. PPO's critic); per step
+`advantages(batch, cfg, state)` once, then (update.py) `loss(logp, entropy, minibatch, cfg, state)`
+on each minibatch, and it steps, clips, saves and restores the state's optimizer beside the policy's.
+An algorithm's own knobs are a dataclass `Settings` in its file (fields with `flag`s and one-line
+docstrings); `settings_class` joins every algorithm's into the one dataclass train.Config extends,
+so each becomes a command-line flag. Adding an algorithm is one file that builds an `Algorithm` and
+its line in `algos.ALGOS`; no other file names it.
 
 GRPO, RLOO, PPO and REINFORCE++ differ only in the advantage (and PPO adds a value loss): all of
 them maximise PPO's clipped surrogate objective (Schulman et al., 2017, eq. 7)
@@ -16,8 +19,8 @@ over the agent tokens of a minibatch, averaged per token ("token-mean"), written
 max(-A r, -A clip(r)) = -min(A r, A clip(r)). eps_low = eps_high = --clip-ratio is PPO's; a larger
 eps_high (--clip-ratio-high) is DAPO's "clip-higher" : a token the policy
 finds unlikely may then grow further before its gradient is clipped, which keeps entropy from
-collapsing (DAPO: Yu et al., 2025, arXiv 2503.14476, "clip-higher"; its equation numbers were not
-checked here). With it, optionally, the k3 estimator of the KL to the frozen reference model
+collapsing (DAPO: Yu et al., 2025, arXiv 2503.14476, "clip-higher"). With it, optionally, the k3
+estimator of the KL to the frozen reference model
 (DeepSeekMath, Shao et al., 2024, eq. 4; a loss term as in its GRPO objective, eq. 3),
 
     D_KL ~ pi_ref/pi - log(pi_ref/pi) - 1     (>= 0, unbiased),
@@ -37,7 +40,7 @@ overlong filter (`mask_truncated`: an episode with a reply cut at the token limi
 of the loss), and the discounted return-to-go (`returns_to_go`) REINFORCE++ and GiGPO both use.
 """
 
-import os
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
@@ -45,6 +48,8 @@ import torch
 
 from batch import agent_tokens
 from machinery import dist
+from machinery.dist import global_masked_moments  # noqa: F401 (the algorithms whiten with it)
+from machinery.flags import flag
 
 
 @dataclass
@@ -63,36 +68,60 @@ class Algorithm:
     advantages: Callable  # (batch, cfg, state) -> None: fills batch.advantages (B, T)
     loss: Callable  # (logp, entropy, minibatch, cfg, state) -> (loss, stats)
     init: Callable | None = None  # (policy_model, cfg, lr) -> State; None: no state
+    settings: type | None = None  # its own knobs: a dataclass of flag fields (None: none)
+    min_group_size: int = 1  # rollouts per task it needs: 2 for one that compares a group's samples
+    token_level: bool = False  # its advantage varies within a turn (a turn's credit: their sum)
 
 
-def save_state(state: State, folder: str, unwrap=lambda m: m) -> None:
-    torch.save(
-        {"model": unwrap(state.model).state_dict(), "optimizer": state.optimizer.state_dict()},
-        os.path.join(folder, f"{state.name}.pt"),
-    )
+@dataclass
+class Settings:
+    """What every algorithm reads: the clipped surrogate's bounds, the KL and entropy terms, and
+    DAPO's batch filters."""
+
+    clip_ratio: float = flag(0.2, above=0)
+    """clip range eps of the policy ratio (PPO, eq. 7); with --clip-ratio-high, the lower one"""
+    clip_ratio_high: float = flag(0.0, at_least=0)
+    """upper clip range eps_high, the ratio clipped to [1 - clip_ratio, 1 + eps_high] (DAPO's
+    clip-higher, e.g. 0.28); 0: clip_ratio"""
+    kl_coef: float = flag(0.001, at_least=0)
+    """weight of the KL to the frozen reference model (k3 loss term; REINFORCE++: in the reward); 0: no
+    reference model"""
+    entropy_coef: float = 0.001
+    """weight of the entropy bonus"""
+    dynamic_sampling: bool = False
+    """drop groups whose rewards are all equal (no GRPO signal) and roll out more groups to refill the batch
+    (DAPO's dynamic sampling)"""
+    dynamic_max_rounds: int = flag(3, at_least=1)
+    """dynamic sampling: extra rollouts per step at most; then train on what was kept (logged as
+    dynamic/rounds)"""
+    overlong_filter: bool = False
+    """leave episodes with a reply cut at --max-new-tokens out of the loss (DAPO's overlong filtering; their
+    reward still counts in the group's baseline)"""
 
 
-def load_state(state: State, folder: str, unwrap=lambda m: m) -> None:
-    saved = torch.load(os.path.join(folder, f"{state.name}.pt"), weights_only=False)
-    unwrap(state.model).load_state_dict(saved["model"])
-    state.optimizer.load_state_dict(saved["optimizer"])
+def settings_class(algos) -> type:
+    """One dataclass holding `Settings` and every algorithm's own (`Algorithm.settings`), for
+    train.Config to extend. Two algorithms may declare the same field (PPO's and REINFORCE++'s
+    gamma) only with the same default: one flag serves both."""
+    found = [Settings] + [a.settings for a in algos if a.settings is not None]
+    found = list(dict.fromkeys(found))
+    defaults: dict[str, tuple] = {}
+    for cls in found:
+        for f in dataclasses.fields(cls):
+            if f.name in defaults and defaults[f.name][0] != f.default:
+                raise TypeError(
+                    f"{cls.__qualname__} ({cls.__module__}.py) and {defaults[f.name][1]} both declare "
+                    f"{f.name}, with different defaults: rename one"
+                )
+            defaults[f.name] = (f.default, f"{cls.__qualname__} ({cls.__module__}.py)")
+    # a class another one extends is already in it (GiGPO's settings extend GRPO's)
+    bases = [c for c in found if not any(o is not c and issubclass(o, c) for o in found)]
+    return dataclasses.make_dataclass("AlgorithmSettings", [], bases=tuple(reversed(bases)))
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean of x over the positions where mask is 1 (the agent tokens)."""
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
-
-
-def global_masked_moments(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean and (biased) variance of x over the positions where mask is 1, in float64, over the
-    GLOBAL batch: with several processes (machinery/dist.py) each adds its sums, so N processes whiten
-    exactly as one process holding every trajectory would. Two passes (mean, then the squared
-    deviations from it) rather than sum of squares: equal values give a variance of 0."""
-    x, m = x.double(), mask.double()
-    n = dist.global_sum(m.sum()).clamp(min=1.0)
-    mean = dist.global_sum((x * m).sum()) / n
-    var = dist.global_sum(((x - mean) ** 2 * m).sum()) / n
-    return mean, var
 
 
 def returns_to_go(rewards: torch.Tensor, gamma: float) -> torch.Tensor:

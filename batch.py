@@ -142,6 +142,26 @@ def agent_tokens(batch: Batch, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.tensor(b, dtype=torch.long), torch.tensor(t, dtype=torch.long)
 
 
+def turn_of_tokens(batch) -> torch.Tensor:
+    """(B, T) long: the turn index of every agent token within its trajectory, -1 elsewhere.
+    Works for both layouts: one row per turn (context_turns=K), or one row holding the whole
+    conversation, where each run of consecutive agent tokens is one turn."""
+    out = torch.full(batch.loss_mask.shape, -1, dtype=torch.long)
+    for n in batch.traj.unique().tolist():
+        rows = (batch.traj == n).nonzero().squeeze(-1)
+        rows = rows[batch.turn[rows].argsort()]  # turn order, whatever order the batch holds
+        t = -1
+        for r in rows.tolist():
+            prev = 0.0
+            for c, m in enumerate(batch.loss_mask[r].tolist()):
+                if m and not prev:  # a new run of agent tokens starts a new turn
+                    t += 1
+                if m:
+                    out[r, c] = t
+                prev = m
+    return out
+
+
 def token_logprobs(model, batch: Batch, temperature: float = 1.0, with_entropy: bool = False):
     """Log-prob of each agent token given the tokens before it, under the same (masked, temperature-
     scaled) distribution it was sampled from, and the entropy of that distribution. Returns (B, T)

@@ -41,13 +41,13 @@ from config import (
     flag,
     load_agent,
     parse,
-    problem,
     resolve_device,
     resolve_precision,
     set_threads,
 )
 from envs import ENVS, EnvPool, EnvSpec, close_pool, open_pool, server_url
 from machinery import dist
+from machinery.flags import problem
 
 
 @dataclass

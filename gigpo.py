@@ -46,10 +46,14 @@ Reads cfg.step_weight (omega), cfg.step_gamma (gamma), cfg.step_norm, cfg.anchor
 cfg.group_std_eps, and GRPO's cfg.clip_ratio, cfg.kl_coef, cfg.entropy_coef (train.Config).
 """
 
+from dataclasses import dataclass
+
 import torch
 
 import grpo
 from algorithm import Algorithm, returns_to_go
+from batch import turn_of_tokens
+from machinery.flags import flag
 
 
 def _babyai_state(obs: str) -> str:
@@ -64,6 +68,19 @@ ANCHOR_NORMALISERS = {
     "whitespace": lambda obs: " ".join(obs.split()).lower(),
     "babyai": _babyai_state,
 }
+
+
+@dataclass
+class Settings(grpo.Settings):
+    step_weight: float = flag(1.0, at_least=0)
+    """gigpo: omega, weight of the step-level (anchor-state) advantage (GiGPO, Feng et al., 2025)"""
+    step_gamma: float = flag(0.95, at_least=0, at_most=1)
+    """gigpo: gamma, discount per turn of the step returns (GiGPO, Feng et al., 2025)"""
+    step_norm: str = flag("std", choices=("std", "mean"))
+    """gigpo: step-level normalisation, std ((R - mean) / std, the paper's) or mean (R - mean)"""
+    anchor_normaliser: str = flag("exact", choices=list(ANCHOR_NORMALISERS))
+    """gigpo: how observations match into anchor states: exact, whitespace, or babyai (drops the server's
+    notes)"""
 
 
 # --- the math, on plain lists (one entry per trajectory) ---------------------------------------
@@ -112,26 +129,6 @@ def gigpo_advantages(
 # --- onto the batch's agent tokens -------------------------------------------------------------
 
 
-def turn_of_tokens(batch) -> torch.Tensor:
-    """(B, T) long: the turn index of every agent token within its trajectory, -1 elsewhere.
-    Works for both layouts: one row per turn (context_turns=K), or one row holding the whole
-    conversation, where each run of consecutive agent tokens is one turn."""
-    out = torch.full(batch.loss_mask.shape, -1, dtype=torch.long)
-    for n in batch.traj.unique().tolist():
-        rows = (batch.traj == n).nonzero().squeeze(-1)
-        rows = rows[batch.turn[rows].argsort()]  # turn order, whatever order the batch holds
-        t = -1
-        for r in rows.tolist():
-            prev = 0.0
-            for c, m in enumerate(batch.loss_mask[r].tolist()):
-                if m and not prev:  # a new run of agent tokens starts a new turn
-                    t += 1
-                if m:
-                    out[r, c] = t
-                prev = m
-    return out
-
-
 def advantages(batch, cfg, state=None) -> None:
     """Fill batch.advantages (B, T) with A_{i,t} on the agent tokens of turn t of trajectory i.
     Needs batch.anchors: per trajectory, the observation each turn acted on."""
@@ -154,4 +151,4 @@ def advantages(batch, cfg, state=None) -> None:
     batch.advantages = adv * batch.loss_mask
 
 
-GIGPO = Algorithm(advantages=advantages, loss=grpo.loss)
+GIGPO = Algorithm(advantages=advantages, loss=grpo.loss, settings=Settings, min_group_size=2)

@@ -39,10 +39,18 @@ end 1 + clip_ratio_high; docs/algorithms-notes.md), cfg.kl_coef, cfg.entropy_coe
 """
 
 from collections import defaultdict
+from dataclasses import dataclass
 
 import torch
 
 from algorithm import Algorithm, clipped_policy_loss
+from machinery.flags import flag
+
+
+@dataclass
+class Settings:
+    group_std_eps: float = flag(1e-6, at_least=0)
+    """grpo: added to the group's reward std"""
 
 
 def group_advantages(rewards: torch.Tensor, groups, eps: float = 1e-6, use_std: bool = True) -> torch.Tensor:
@@ -95,5 +103,5 @@ def loss(logp: torch.Tensor, entropy: torch.Tensor | None, mb, cfg, state=None):
     )
 
 
-GRPO = Algorithm(advantages=advantages, loss=loss)
-RLOO = Algorithm(advantages=rloo_advantages_for, loss=loss)
+GRPO = Algorithm(advantages=advantages, loss=loss, settings=Settings, min_group_size=2)
+RLOO = Algorithm(advantages=rloo_advantages_for, loss=loss, min_group_size=2)

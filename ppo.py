@@ -64,6 +64,7 @@ cfg.micro_batch_tokens (train.Config).
 """
 
 import copy
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
@@ -77,7 +78,26 @@ from algorithm import (
     outcome_on_last_token,
 )
 from batch import micro_batches
+from machinery.flags import flag
 from machinery.logprobs import position_ids, predicting_positions
+
+
+@dataclass
+class Settings:
+    gamma: float = flag(1.0, at_least=0, at_most=1)
+    """ppo, reinforce_pp: discount per agent token"""
+    lam: float = flag(1.0, at_least=0, at_most=1)
+    """ppo: GAE lambda"""
+    norm_adv: bool = True
+    """ppo: whiten the advantages over the batch's agent tokens (verl's masked_whiten)"""
+    whiten_eps: float = flag(1e-8, at_least=0)
+    """ppo, reinforce_pp: added to the std (ppo) or the variance (reinforce_pp) when whitening"""
+    vf_coef: float = flag(0.5, at_least=0)
+    """ppo: weight of the value loss"""
+    vf_clip: float = flag(0.5, above=0)
+    """ppo: clip range of the new values around the old ones (verl's cliprange_value)"""
+    critic_lr: float = flag(0.0, at_least=0)
+    """ppo: learning rate of the critic; 0: AgentGym-RL's 1e-5, or the policy's lr where larger (tiny)"""
 
 
 class Critic(nn.Module):
@@ -197,4 +217,4 @@ def loss(logp: torch.Tensor, entropy: torch.Tensor | None, mb, cfg, state: State
     return total, stats
 
 
-PPO = Algorithm(advantages=advantages, loss=loss, init=init)
+PPO = Algorithm(advantages=advantages, loss=loss, init=init, settings=Settings, token_level=True)

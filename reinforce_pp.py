@@ -28,6 +28,8 @@ separate KL term (it is already in the reward):
 Reads cfg.kl_coef, cfg.gamma, cfg.whiten_eps, cfg.clip_ratio, cfg.entropy_coef (train.Config).
 """
 
+from dataclasses import dataclass
+
 import torch
 
 from algorithm import (
@@ -38,6 +40,15 @@ from algorithm import (
     outcome_on_last_token,
     returns_to_go,
 )
+from machinery.flags import flag
+
+
+@dataclass
+class Settings:
+    gamma: float = flag(1.0, at_least=0, at_most=1)
+    """ppo, reinforce_pp: discount per agent token"""
+    whiten_eps: float = flag(1e-8, at_least=0)
+    """ppo, reinforce_pp: added to the std (ppo) or the variance (reinforce_pp) when whitening"""
 
 
 def advantages(batch, cfg, state=None) -> None:
@@ -73,4 +84,4 @@ def loss(logp: torch.Tensor, entropy: torch.Tensor | None, mb, cfg, state=None):
     return total, stats
 
 
-REINFORCE_PP = Algorithm(advantages=advantages, loss=loss)
+REINFORCE_PP = Algorithm(advantages=advantages, loss=loss, settings=Settings, token_level=True)

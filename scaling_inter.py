@@ -1,9 +1,9 @@
 """ScalingInter-RL: the interaction-horizon curriculum (AgentGym-RL, section 4), and an adaptive
 variant (the paper's stated future work: choosing when to lengthen the horizon from training).
 
-Where it sits: `train.py` asks `schedule.horizon(step, history)` before each rollout and passes it
-to `agent.rollout(max_turns=...)`; `history` is the logged metrics of the steps before. Nothing
-else depends on it.
+Where it sits: `train.py` builds the schedule from its flags (`ScheduleConfig`, `from_config`),
+asks `schedule.horizon(step, history)` before each rollout and passes it to `agent.rollout`;
+`history` is the logged metrics of the steps before. Nothing else depends on it.
 
 Staged (the paper's): the maximum number of agent turns per episode grows in stages,
 h1 < h2 < ... < hK: training steps 1..S use h1, steps S+1..2S use h2, and so on; the last stage
@@ -34,6 +34,27 @@ TextCraft 10,20,30 / 100; BabyAI 6,13,20 / 100; SciWorld 10,20,30 / 100.
 """
 
 from dataclasses import dataclass
+
+from machinery.flags import flag
+
+
+@dataclass
+class ScheduleConfig:
+    """The horizon schedule's flags (train.Config extends them)."""
+
+    rounds: str = flag("3,5", items=int, at_least=1)
+    """ScalingInter-RL horizon stages h1,h2,... (one value: a fixed horizon)"""
+    steps_per_stage: int = flag(25, at_least=1)
+    """training steps per horizon stage"""
+    schedule: str = flag("staged", choices=("staged", "adaptive"))
+    """horizon schedule over --rounds: staged (every --steps-per-stage
+    steps) or adaptive (scaling_inter.py)"""
+    adapt_window: int = flag(5, at_least=1)
+    """adaptive schedule: W, steps averaged on each side of its plateau test"""
+    adapt_cut_share: float = flag(0.5, at_least=0, at_most=1)
+    """adaptive schedule: lengthen only when at least this share of episodes hit the horizon"""
+    adapt_min_gain: float = 0.02
+    """adaptive schedule: success rising by less than this over W steps counts as a plateau"""
 
 
 def _check_rounds(rounds):
@@ -114,3 +135,11 @@ def staged(rounds, steps_per_stage: int) -> Schedule:
 
 def adaptive(rounds, window: int = 5, cut_share: float = 0.5, min_gain: float = 0.02) -> Adaptive:
     return Adaptive(rounds=tuple(rounds), window=window, cut_share=cut_share, min_gain=min_gain)
+
+
+def from_config(cfg: ScheduleConfig):
+    """The schedule the flags name: --rounds in stages of --steps-per-stage, or the adaptive one."""
+    rounds = [int(h) for h in cfg.rounds.split(",")]
+    if cfg.schedule == "adaptive":
+        return adaptive(rounds, cfg.adapt_window, cfg.adapt_cut_share, cfg.adapt_min_gain)
+    return staged(rounds, cfg.steps_per_stage)

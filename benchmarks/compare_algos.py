@@ -15,7 +15,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from train import ALGOS, Config, train  # noqa: E402
+from algos import ALGOS  # noqa: E402
+from train import Config, train  # noqa: E402
 
 
 def mean_std(xs: list[float]) -> str:

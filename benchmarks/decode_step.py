@@ -78,7 +78,7 @@ class DecodeConfig(AgentConfig):
 
 def build(cfg, half_base: bool = False):
     """The policy with LoRA adapters; `half_base`: its frozen base in bf16, as train.py holds it
-    under --mixed-precision bf16 (train.load_models)."""
+    under --mixed-precision bf16 (update.load_models)."""
     torch.manual_seed(0)
     policy = load_agent(cfg, "cpu")
     if cfg.lora_rank:

@@ -10,7 +10,7 @@ built from a config with SmolLM2's tokenizer):
                 within FP32_TOL; under bf16 autocast within BF16_TOL, with the values cached in bf16
     on-policy   pi_old recomputed by the training forward in bf16 (what train.py does under
                 --mixed-precision), then the update's forward on one minibatch: max |log ratio|
-                within train.ON_POLICY_TOL
+                within update.ON_POLICY_TOL
     memory      peak of a bf16 rollout (weights, AdamW's states, episodes x tokens of kept KV cache)
                 against benchmarks/memory_plan.py's rollout estimate for the same sizes: measured
                 <= plan (GPU: torch.cuda.max_memory_allocated; CPU: peak RSS, noisier)
@@ -127,7 +127,8 @@ def on_policy_gap(policy, device: str, n: int, new_tokens: int) -> float:
     forward in train mode (dropout off) on a minibatch of half the rows: max |log ratio|."""
     from batch import token_logprobs
     from machinery.logprobs import disable_dropout
-    from train import Config, reference_logprobs
+    from train import Config
+    from update import reference_logprobs
 
     torch.manual_seed(2)
     cfg = Config(temperature=TEMPERATURE)
@@ -303,7 +304,7 @@ def main():
             f"mean < {BF16_TOL:g}, bfloat16",
             m16 < BF16_TOL and vdt == torch.bfloat16,
         )
-        from train import ON_POLICY_TOL
+        from update import ON_POLICY_TOL
 
         top, mean = on_policy_gap(policy, device, min(n, 8), new)
         add(

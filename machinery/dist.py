@@ -131,3 +131,15 @@ def full_weights(model):
         finally:
             for m in wrapped:
                 del m.forward
+
+
+def global_masked_moments(x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and (biased) variance of x over the positions where mask is 1, in float64, over the
+    GLOBAL batch: with several processes each adds its sums, so N processes whiten
+    exactly as one process holding every trajectory would. Two passes (mean, then the squared
+    deviations from it) rather than sum of squares: equal values give a variance of 0."""
+    x, m = x.double(), mask.double()
+    n = global_sum(m.sum()).clamp(min=1.0)
+    mean = global_sum((x * m).sum()) / n
+    var = global_sum(((x - mean) ** 2 * m).sum()) / n
+    return mean, var

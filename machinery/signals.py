@@ -1,5 +1,5 @@
 """Is the run learning, and if not, why? Per-step learning signals, alarms with their fixes, and
-the credit each turn got (issue 28).
+the invalid replies they count.
 
 Where it sits: after each update `train.py` calls `step_signals()` on the step's episodes (every
 process's, `episode_facts` gathered) and the batch the algorithm filled; its numbers join the
@@ -8,11 +8,8 @@ Then `check()` reads the logged history and returns the alarms whose condition h
 step, each as one line that says what is wrong and the fix to try: train.py prints an alarm the
 first time it fires (tqdm.write), logs `alarm/<name>` = 1 on every step it holds, and stops only
 under `--stop-on-alarm`; view.py draws one banner per alarm from those flags, with the same text
-(`describe`). The thresholds are train.Config's `alarm_*` fields (docs/signals.md).
-
-Credit: when a step's rollouts are saved, `turn_credit()` sums the advantages the run's algorithm
-gave each agent token per turn (and PPO's values); `credit_on_episodes()` runs several
-algorithms' own `advantages()` on the same saved episodes (`view.py --credit grpo,gigpo,ppo`).
+(`describe`). The thresholds are `Alarms`' fields, which train.Config extends (docs/signals.md).
+The credit each turn got is credit.py's.
 
 The signals, per step (`signals/...`):
     flat_groups        share of groups whose rewards are all equal: GRPO gives them no advantage
@@ -35,18 +32,56 @@ This file imports no torch at the top (view.py reads its texts without loading a
 import math
 import re
 from collections import defaultdict
+from dataclasses import dataclass
 
-# What each server answers when it refuses an action (the reply parsed, but no such action):
-# BabyAI, TextCraft, SciWorld, WebArena, Deep Search. view.py marks such a turn "refused".
+from machinery.flags import flag
+
+# What each server answers to a reply whose action it did not carry out: no action in it, or one
+# the environment cannot do. BabyAI; TextCraft (an unknown item or command, missing ingredients,
+# ingredients no recipe uses, the wrong amounts of them); SciWorld; WebArena; Deep Search.
+# The one definition of an invalid reply: the signals, the report's "refused" mark, sft.py --valid
+# and eval.py's tables all ask `refused`.
 REFUSALS = re.compile(
-    r"is not an available action|^Could not execute|No known action matches|^Invalid action"
-    r"|Your reply holds no complete tag",
+    r"is not an available action|^Could not |^Wrong quantities|^Wrong ingredients"
+    r"|No known action matches|^Invalid action|Your reply holds no complete tag",
     re.MULTILINE,
 )
 
-TOKEN_LEVEL = ("ppo", "reinforce_pp")  # their advantage differs per token: a turn's credit is the sum
-"""Algorithms whose advantage varies within a turn; a turn's credit is their sum over its tokens
-(GRPO, RLOO and GiGPO give every token of a turn the same advantage: the turn's credit is it)."""
+
+def refused(observation: str | None) -> bool:
+    """Whether `observation`, the environment's answer to a reply, says it did not carry it out."""
+    return bool(REFUSALS.search(observation or ""))
+
+
+@dataclass
+class Alarms:
+    """When an alarm fires (`check`), and whether it stops the run."""
+
+    stop_on_alarm: bool = False
+    """stop the run (after logging the step) when an alarm fires (machinery/signals.py); default: warn and go
+    on"""
+    alarm_patience: int = flag(3, at_least=1)
+    """steps in a row a slow condition (no signal, echo, invalid actions) must hold before its alarm fires"""
+    alarm_flat_share: float = flag(0.9, at_least=0, at_most=1)
+    """no-signal alarm: a step has no signal when at least this share of its groups have all-equal rewards"""
+    alarm_identical: float = flag(0.95, at_least=0, at_most=1)
+    """echo alarm: share of a group's replies identical to another rollout's at the same turn"""
+    alarm_entropy_drop: float = flag(0.1, at_least=0, at_most=1)
+    """echo alarm, entropy collapse: entropy below this fraction of its level over the first steps"""
+    alarm_kl: float = flag(0.5, at_least=0)
+    """KL alarm: bound on the KL to the reference model (losses/kl)"""
+    alarm_kl_jump: float = flag(0.15, at_least=0)
+    """KL alarm: bound on the KL to the reference's rise from one step to the next (one update's blow-up)"""
+    alarm_approx_kl: float = flag(0.1, at_least=0)
+    """KL alarm: bound on one update's approx KL, old to new policy (losses/approx_kl)"""
+    alarm_invalid: float = flag(0.3, at_least=0, at_most=1)
+    """invalid-action alarm: share of turns without a valid action"""
+    alarm_invalid_rise: float = flag(0.2, at_least=0, at_most=1)
+    """invalid-action alarm: also fires when that share rose this much above its level over the first steps"""
+    alarm_cut: float = flag(0.1, at_least=0, at_most=1)
+    """cut alarm: share of replies cut at --max-new-tokens"""
+    alarm_env_errors: float = flag(0.05, at_least=0, at_most=1)
+    """environment-error alarm: fires above this share of a step's episodes ending in an environment error"""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -58,7 +93,7 @@ def invalid_turns(actions: list[str], observations: list[str]) -> int:
     """Turns whose reply held no valid action: nothing parsed, or the environment refused it
     (`observations[k + 1]`, what came back after turn k, says so)."""
     after = observations[1:] + [""] * len(actions)
-    return sum(not a.strip() or bool(REFUSALS.search(o or "")) for a, o in zip(actions, after))
+    return sum(not a.strip() or refused(o) for a, o in zip(actions, after))
 
 
 def episode_facts(trajs) -> list[dict]:
@@ -122,7 +157,7 @@ def step_signals(facts: list[dict], batch=None) -> dict:
     if len(by_cat) > 1 or "(none)" not in by_cat:
         out.update({f"success/{c}": sum(v) / len(v) for c, v in sorted(by_cat.items())})
     if batch is not None and batch.advantages is not None:
-        from algorithm import global_masked_moments  # over every process's agent tokens
+        from machinery.dist import global_masked_moments  # over every process's agent tokens (torch)
 
         _, var = global_masked_moments(batch.advantages.float().cpu(), batch.loss_mask)
         out["signals/adv_std"] = float(var) ** 0.5
@@ -191,7 +226,7 @@ def _finite(x) -> bool:
 
 def check(history: list[dict], cfg) -> list[str]:
     """The alarms whose condition holds at the last step of `history` (the logged metrics, this
-    step's last), in ALARMS' order. `cfg`: train.Config (its `alarm_*` thresholds)."""
+    step's last), in ALARMS' order. `cfg`: an `Alarms` (train.Config extends it)."""
     last, n = history[-1] if history else {}, max(1, cfg.alarm_patience)
     fired = []
     if last.get("signals/nonfinite_skips", 0) > 0:
@@ -280,101 +315,6 @@ def describe(name: str, history: list[dict]) -> str:
     return f"alarm [{name}] step {last.get('step', '?')}: {what} ({numbers}). Fix: {fix}"
 
 
-# ---------------------------------------------------------------------------------------------
-# Credit per turn
-# ---------------------------------------------------------------------------------------------
-
-
-def turn_credit(batch, algo: str) -> list[dict]:
-    """Per trajectory of `batch` (after the algorithm's `advantages()`): per turn, its agent
-    tokens, its credit (the advantage of its tokens; summed over them for TOKEN_LEVEL algorithms)
-    and, with PPO's critic, its values: summed per turn, and per token (what `credit_on_episodes`
-    needs to run PPO's GAE again exactly)."""
-    from gigpo import turn_of_tokens  # which turn each agent token belongs to, either row layout
-
-    turn = turn_of_tokens(batch)  # (B, T), -1 off the agent tokens
-    adv = batch.advantages.float().cpu()
-    values = batch.values.float().cpu() if batch.values is not None else None
-    out = [{"algo": algo, "tokens": [], "advantage_sum": [], "values": []} for _ in range(len(batch.rewards))]
-    for b in batch.traj.argsort(stable=True).tolist():  # rows in trajectory, then turn order
-        rec = out[int(batch.traj[b])]
-        for c in (turn[b] >= 0).nonzero().squeeze(-1).tolist():
-            k = int(turn[b, c])
-            while len(rec["tokens"]) <= k:
-                rec["tokens"].append(0), rec["advantage_sum"].append(0.0), rec["values"].append([])
-            rec["tokens"][k] += 1
-            rec["advantage_sum"][k] += float(adv[b, c])
-            if values is not None:
-                rec["values"][k].append(float(values[b, c]))
-    for rec in out:
-        rec["credit"] = _credit(rec["advantage_sum"], rec["tokens"], algo)
-        if values is not None:
-            rec["value_sum"] = [sum(v) for v in rec["values"]]
-        else:
-            del rec["values"]
-    return out
-
-
-def _credit(sums: list[float], tokens: list[int], algo: str) -> list[float]:
-    return list(sums) if algo in TOKEN_LEVEL else [s / max(n, 1) for s, n in zip(sums, tokens)]
-
-
-def credit_on_episodes(records: list[dict], algos: dict, cfg) -> dict[str, list[list[float] | None]]:
-    """Each algorithm's per-turn credit on the same saved episodes (eval.write_trajectories'
-    records of one training step), from its own `advantages(batch, cfg, None)`. `algos`: name ->
-    algorithm.Algorithm. The episodes become a batch with one row per turn holding that turn's
-    agent-token count (saved by `turn_credit`; 1 when not saved) and, for PPO, the run's own
-    critic values when the run was PPO (a zero critic otherwise: PPO's first step). Returns, per
-    algorithm, per record, the per-turn credit (None for an episode that ended in an error, which
-    the update left out)."""
-    from types import SimpleNamespace
-
-    import torch
-
-    from batch import Row, make_batch
-
-    keep = [i for i, r in enumerate(records) if not r.get("error") and int(r.get("turns") or 0) > 0]
-    eps = []
-    for i in keep:
-        r = records[i]
-        n_turns = int(r["turns"])
-        saved = (r.get("credit") or {}).get("tokens") or []
-        tokens = [int(saved[k]) if k < len(saved) else 1 for k in range(n_turns)]
-        rows = [Row(ids=[0] * (1 + n), mask=[0] + [1] * n, logprobs=[0.0] * (1 + n)) for n in tokens]
-        eps.append(
-            SimpleNamespace(
-                rows=rows,
-                reward=float(r.get("reward") or 0.0),
-                group=r.get("group", r.get("task")),
-                observations=r.get("observations") or [],
-                turns=n_turns,
-                tokens=tokens,
-                values=(r.get("credit") or {}).get("values"),
-            )
-        )
-    out: dict[str, list] = {name: [None] * len(records) for name in algos}
-    if not eps:
-        return out
-    ids = {g: k for k, g in enumerate(dict.fromkeys(str(e.group) for e in eps))}  # any group key -> 0, 1, ...
-    for e in eps:
-        e.group = ids[str(e.group)]
-    for name, algo in algos.items():
-        batch = make_batch(eps, pad_id=0)
-        if name == "ppo" and all(e.values and [len(v) for v in e.values] == e.tokens for e in eps):
-            batch.values = torch.zeros_like(batch.loss_mask)
-            for b, (n, k) in enumerate(zip(batch.traj.tolist(), batch.turn.tolist())):
-                batch.values[b, 1 : 1 + eps[n].tokens[k]] = torch.tensor(eps[n].values[k])
-        algo.advantages(batch, cfg, None)
-        adv = batch.advantages.float()
-        for b, (n, k) in enumerate(zip(batch.traj.tolist(), batch.turn.tolist())):
-            if out[name][keep[n]] is None:
-                out[name][keep[n]] = [0.0] * eps[n].turns
-            out[name][keep[n]][k] = float((adv[b] * batch.loss_mask[b]).sum())
-        for n, i in enumerate(keep):
-            out[name][i] = _credit(out[name][i], eps[n].tokens, name)
-    return out
-
-
 def check_finite(model, step: int) -> None:
     """Stop, with a clear message, when any weight of `model` is NaN or infinite: such weights
     are never saved (the last checkpoint stays the last good one)."""
@@ -390,7 +330,7 @@ def check_finite(model, step: int) -> None:
 
 
 def plot(ax, rows: list[dict]) -> None:
-    """The signal shares per step on a matplotlib axis (train.plot_curves' "learning signals"
+    """The signal shares per step on a matplotlib axis (machinery/metrics.py' "learning signals"
     panel), each alarm's steps marked along the bottom."""
     for key, label in (
         ("signals/flat_groups", "groups with all-equal rewards"),

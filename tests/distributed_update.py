@@ -23,7 +23,9 @@ from agent import Trajectory  # noqa: E402
 from batch import Row, make_batch, token_logprobs  # noqa: E402
 from machinery import dist  # noqa: E402
 from machinery.logprobs import LogprobForward  # noqa: E402
-from train import ALGOS, Config, reference_logprobs, update  # noqa: E402
+from algos import ALGOS  # noqa: E402
+from train import Config  # noqa: E402
+from update import reference_logprobs, update  # noqa: E402
 
 V = 120
 GROUP_SIZES = [3, 3, 2, 2]  # two processes: groups 0-1 (6 episodes) and 2-3 (4 episodes)

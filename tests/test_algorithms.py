@@ -21,7 +21,8 @@ from algorithm import (
     mask_truncated,
 )
 from batch import Batch
-from train import ALGOS, Config, train
+from algos import ALGOS
+from train import Config, train
 
 O, A = 0, 1  # loss mask: observation/template token, agent token
 

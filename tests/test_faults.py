@@ -10,7 +10,8 @@ import torch
 
 import train as train_module
 from envs import EnvPool, EnvServer, free_port
-from train import Config, checkpoint_folder, train
+from machinery.checkpoint import checkpoint_folder
+from train import Config, train
 
 
 def small(out, **kw) -> Config:

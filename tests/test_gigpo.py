@@ -10,7 +10,8 @@ import gigpo
 import grpo
 from algorithm import returns_to_go
 from batch import Batch
-from train import ALGOS, Config
+from algos import ALGOS
+from train import Config
 
 O, A = 0, 1  # loss mask: observation/template token, agent token
 

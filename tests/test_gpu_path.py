@@ -8,7 +8,8 @@ import torch
 
 import agent
 import train as train_module
-from train import Config, rng_state, set_rng_state, train
+from machinery.rng import rng_state, set_rng_state
+from train import Config, train
 
 
 @pytest.fixture

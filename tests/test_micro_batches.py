@@ -10,7 +10,10 @@ from accelerate import Accelerator
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from batch import Batch
-from train import ALGOS, Config, accumulate_gradients, micro_batches, pi_old_from_update, reference_logprobs
+from algos import ALGOS
+from batch import micro_batches
+from train import Config
+from update import accumulate_gradients, pi_old_from_update, reference_logprobs
 
 BF16 = {"mixed_precision": "bf16", "kl_coef": 0.0}
 
@@ -101,9 +104,9 @@ def test_micro_batched_gradients_equal_the_whole_minibatch(algo, masked):
 
 @pytest.mark.parametrize("micro", [0, 2])
 def test_pi_old_taken_from_the_update_forward_equals_a_recomputed_pi_old(fresh_accelerate, micro):
-    """Under bf16 autocast, one minibatch in one epoch (train.pi_old_from_update): the gradients and
+    """Under bf16 autocast, one minibatch in one epoch (update.pi_old_from_update): the gradients and
     the loss with pi_old taken from each micro-batch's own forward equal those after the separate
-    recompute the update replaces (train.reference_logprobs); the sampled log-probs' gap to it is
+    recompute the update replaces (update.reference_logprobs); the sampled log-probs' gap to it is
     logged. The recompute matters: with the sampled log-probs as pi_old the loss differs."""
     cfg = Config(micro_batch_size=micro, minibatch_size=5, **BF16)
     assert pi_old_from_update(cfg, n_trajs=5)

@@ -147,10 +147,11 @@ def test_a_bf16_run_recomputes_pi_old_and_its_first_minibatch_is_on_policy(
 ):
     """train.py --mixed-precision bf16: the sampled log-probs differ from the update's by bf16
     rounding (logged as charts/sampling_logprob_gap), pi_old is the training forward's (one epoch:
-    the update's own, train.pi_old_from_update; two: a separate pass), and before the first
+    the update's own, update.pi_old_from_update; two: a separate pass), and before the first
     optimizer step every ratio is 1 (charts/on_policy_gap: mean |log ratio|, 0 here, within
-    train.ON_POLICY_TOL on the mean), printed for the user."""
-    from train import ON_POLICY_TOL, Config, train
+    update.ON_POLICY_TOL on the mean), printed for the user."""
+    from train import Config, train
+    from update import ON_POLICY_TOL
 
     train(
         Config(

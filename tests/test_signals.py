@@ -19,7 +19,9 @@ from algorithm import Algorithm
 from batch import Row, make_batch, token_logprobs
 from eval import write_trajectories
 from machinery import signals
-from train import ALGOS, Config, update
+from algos import ALGOS
+from train import Config
+from update import update
 
 
 def episode(

@@ -1,0 +1,104 @@
+"""The credit each turn got: how much of the outcome an algorithm gave each of the agent's turns.
+
+Where it sits: when a step's rollouts are saved (`train.py --save-rollouts-every N`), `turn_credit()`
+sums the advantages the run's algorithm gave each agent token per turn (and PPO's values), and the
+episodes carry it into <out>/rollouts/step_N.jsonl; `credit_on_episodes()` runs several algorithms'
+own `advantages()` on the same saved episodes (`view.py --credit grpo,gigpo,ppo`), so the report
+shows side by side where GRPO (one number per episode), GiGPO (per anchor state) and PPO (per token,
+from its critic) put the credit.
+"""
+
+from types import SimpleNamespace
+
+import torch
+
+from algorithm import Algorithm
+from batch import Row, make_batch, turn_of_tokens
+
+
+def turn_credit(batch, name: str, algo: Algorithm) -> list[dict]:
+    """Per trajectory of `batch` (after algorithm `algo`'s `advantages()`; `name`: its name in
+    algos.ALGOS): per turn, its agent tokens, its credit (the advantage of its tokens; summed over
+    them for a token-level algorithm) and, with PPO's critic, its values: summed per turn, and per
+    token (what `credit_on_episodes` needs to run PPO's GAE again exactly)."""
+    turn = turn_of_tokens(batch)  # (B, T), -1 off the agent tokens
+    adv = batch.advantages.float().cpu()
+    values = batch.values.float().cpu() if batch.values is not None else None
+    out = [
+        {"algo": name, "token_level": algo.token_level, "tokens": [], "advantage_sum": [], "values": []}
+        for _ in range(len(batch.rewards))
+    ]
+    for b in batch.traj.argsort(stable=True).tolist():  # rows in trajectory, then turn order
+        rec = out[int(batch.traj[b])]
+        for c in (turn[b] >= 0).nonzero().squeeze(-1).tolist():
+            k = int(turn[b, c])
+            while len(rec["tokens"]) <= k:
+                rec["tokens"].append(0), rec["advantage_sum"].append(0.0), rec["values"].append([])
+            rec["tokens"][k] += 1
+            rec["advantage_sum"][k] += float(adv[b, c])
+            if values is not None:
+                rec["values"][k].append(float(values[b, c]))
+    for rec in out:
+        rec["credit"] = _credit(rec["advantage_sum"], rec["tokens"], algo.token_level)
+        if values is not None:
+            rec["value_sum"] = [sum(v) for v in rec["values"]]
+        else:
+            del rec["values"]
+    return out
+
+
+def _credit(sums: list[float], tokens: list[int], token_level: bool) -> list[float]:
+    """A turn's credit: the sum of its tokens' advantages for a token-level algorithm, else their
+    (shared) value, the mean."""
+    return list(sums) if token_level else [s / max(n, 1) for s, n in zip(sums, tokens)]
+
+
+def credit_on_episodes(records: list[dict], algos: dict, cfg) -> dict[str, list[list[float] | None]]:
+    """Each algorithm's per-turn credit on the same saved episodes (eval.write_trajectories'
+    records of one training step), from its own `advantages(batch, cfg, None)`. `algos`: name ->
+    algorithm.Algorithm. The episodes become a batch with one row per turn holding that turn's
+    agent-token count (saved by `turn_credit`; 1 when not saved) and, for PPO, the run's own
+    critic values when the run was PPO (a zero critic otherwise: PPO's first step). Returns, per
+    algorithm, per record, the per-turn credit (None for an episode that ended in an error, which
+    the update left out)."""
+    keep = [i for i, r in enumerate(records) if not r.get("error") and int(r.get("turns") or 0) > 0]
+    eps = []
+    for i in keep:
+        r = records[i]
+        n_turns = int(r["turns"])
+        saved = (r.get("credit") or {}).get("tokens") or []
+        tokens = [int(saved[k]) if k < len(saved) else 1 for k in range(n_turns)]
+        rows = [Row(ids=[0] * (1 + n), mask=[0] + [1] * n, logprobs=[0.0] * (1 + n)) for n in tokens]
+        eps.append(
+            SimpleNamespace(
+                rows=rows,
+                reward=float(r.get("reward") or 0.0),
+                group=r.get("group", r.get("task")),
+                observations=r.get("observations") or [],
+                turns=n_turns,
+                tokens=tokens,
+                values=(r.get("credit") or {}).get("values"),
+            )
+        )
+    out: dict[str, list] = {name: [None] * len(records) for name in algos}
+    if not eps:
+        return out
+    ids = {g: k for k, g in enumerate(dict.fromkeys(str(e.group) for e in eps))}  # any group key -> 0, 1, ...
+    for e in eps:
+        e.group = ids[str(e.group)]
+    for name, algo in algos.items():
+        batch = make_batch(eps, pad_id=0)
+        # an algorithm with a model of its own (PPO's critic) reads the run's values when they were saved
+        if algo.init is not None and all(e.values and [len(v) for v in e.values] == e.tokens for e in eps):
+            batch.values = torch.zeros_like(batch.loss_mask)
+            for b, (n, k) in enumerate(zip(batch.traj.tolist(), batch.turn.tolist())):
+                batch.values[b, 1 : 1 + eps[n].tokens[k]] = torch.tensor(eps[n].values[k])
+        algo.advantages(batch, cfg, None)
+        adv = batch.advantages.float()
+        for b, (n, k) in enumerate(zip(batch.traj.tolist(), batch.turn.tolist())):
+            if out[name][keep[n]] is None:
+                out[name][keep[n]] = [0.0] * eps[n].turns
+            out[name][keep[n]][k] = float((adv[b] * batch.loss_mask[b]).sum())
+        for n, i in enumerate(keep):
+            out[name][i] = _credit(out[name][i], eps[n].tokens, algo.token_level)
+    return out

@@ -1,0 +1,309 @@
+"""The update: what turns a batch of scored rollouts into new weights (paper, section 2; step 4
+of train.py's loop, and sft.py's every step).
+
+Where it sits: train.py calls `prepare_batch` (the log-probs the loss compares against: pi_old and
+the frozen reference's), then the algorithm's `advantages`, then `update`: `epochs` passes over the
+batch, each cut into minibatches; per minibatch `accumulate_gradients` runs the algorithm's loss
+one micro-batch at a time (only one micro-batch's activations alive) and sums the gradients, then
+one clipped optimizer step for the policy and for the algorithm's own model (PPO's critic).
+sft.py runs the same `accumulate_gradients` with behaviour cloning's loss.
+
+    for epoch in range(epochs):
+        for minibatch in shuffled(batch).split(n_minibatches):      # global with N processes
+            zero_grad
+            for micro in micro_batches(minibatch):                   # bounded memory
+                logp, entropy = token_logprobs(policy, micro)        # (B, T) at the agent tokens
+                loss = algo.loss(logp, entropy, micro) * share(micro)
+                loss.backward()
+            clip_grad_norm; optimizer.step (skipped when anything is NaN)
+
+pi_old is the policy that sampled the rollouts: the sampled log-probs, or under --mixed-precision the
+update's own forward before any step (`pi_old_from_update`) or a separate pass
+(`recompute_old_logprobs`). Either way the first minibatch's ratio is 1 up to ON_POLICY_TOL, which
+the run prints. `load_learner` builds what all of this works with: the policy (with LoRA adapters
+as asked), its optimizer, the frozen reference model and the algorithm's state, prepared by
+Accelerate (DDP or FSDP with several processes).
+"""
+
+import contextlib
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+import tiny
+from agent import Policy
+from algorithm import Algorithm, mask_truncated
+from batch import Batch, micro_batches, token_logprobs
+from config import load_agent
+from machinery import dist, lora
+from machinery.checkpoint import load_state
+from machinery.flags import flag
+from machinery.logprobs import LogprobForward, disable_dropout
+from machinery.timing import timed
+
+REAL_MODEL_LR = 1e-6  # the paper's; the tiny policy's is tiny.LR
+ON_POLICY_TOL = 2e-2  # mean |log pi - log pi_old| per agent token before the first step: bf16's floor
+# (SmolLM2, benchmarks/gpu_check.py --cpu: 1.8e-2 mean, 0.11 max; float32: ~1e-5)
+
+
+@dataclass
+class UpdateConfig:
+    """How the weights are updated: what train.py and sft.py share."""
+
+    lr: float = flag(0.0, at_least=0)
+    """learning rate; 0: tiny.LR (5e-4) for tiny, else train.py 1e-6 (the paper's), sft.py 1e-5"""
+    max_grad_norm: float = flag(1.0, above=0)
+    """gradient clipping (the policy's, and an algorithm's own model's separately)"""
+    micro_batch_size: int = flag(0, at_least=0)
+    """rows per forward/backward at most; a minibatch's gradients are accumulated over them (the step is the
+    same); 0: no row limit"""
+    micro_batch_tokens: int = flag(4096, at_least=0)
+    """padded tokens per forward/backward at most (rows x the longest row; rows sorted by length fill
+    micro-batches up to it, a longer row goes alone); 0: no limit"""
+    gradient_checkpointing: bool = False
+    """recompute each layer's activations in backward instead of keeping
+    them (less memory, ~1/3 more compute)"""
+    mixed_precision: str = flag("auto", choices=("auto", "no", "fp16", "bf16"))
+    """no, fp16, bf16: autocast at rollout, evaluation and update alike (the trained weights stay float32;
+    docs/gpu.md, "Precision"); auto: bf16 for a real model where the hardware has fast bf16, else no
+    (config.resolve_precision)"""
+    lora_rank: int = flag(0, at_least=0)
+    """train rank-R LoRA adapters (machinery/lora.py) instead of all weights; the reference is the base with
+    adapters off; 0: off"""
+    lora_alpha: float = flag(0.0, at_least=0)
+    """LoRA scale alpha (the update is alpha / rank * B A); 0: 2 * rank"""
+
+
+@dataclass
+class Learner:
+    """What the update works with, built once by `load_learner`."""
+
+    policy: Policy
+    forward: torch.nn.Module  # the policy's LogprobForward as Accelerate prepared it (DDP, FSDP)
+    optimizer: torch.optim.Optimizer
+    ref_model: torch.nn.Module | None  # the frozen reference (None: no KL term, or LoRA's adapters off)
+    ref_path: str  # the run's starting weights
+    algo: Algorithm
+    state: object  # the algorithm's own model and optimizer (PPO's critic), or None
+    accelerator: object
+    trained: list  # (model, optimizer) pairs the update steps
+
+
+def load_learner(cfg, algo: Algorithm, accelerator, saved: dict | None) -> Learner:
+    """The policy, its optimizer, the reference and the algorithm's state, prepared by Accelerate;
+    with a checkpoint's `saved` state.pt, the optimizer and the algorithm's state as it left them."""
+    policy, ref_model, ref_path = load_models(cfg, accelerator, saved)
+    lr = cfg.lr or (tiny.LR if policy.is_tiny else REAL_MODEL_LR)
+    optimizer = torch.optim.AdamW([p for p in policy.model.parameters() if p.requires_grad], lr=lr)
+    # `forward` computes the agent tokens' log-probs; Accelerate wraps it (DDP: gradients averaged in
+    # backward). policy.model stays the plain model, for generation, the reference and saving.
+    forward, optimizer = accelerator.prepare(LogprobForward(policy.model), optimizer)
+    state = algo.init(policy.model, cfg, lr) if algo.init else None
+    if state is not None:
+        state.model, state.optimizer = accelerator.prepare(state.model, state.optimizer)
+    if saved and saved["optimizer"] is not None:  # (None: saved under FSDP)
+        optimizer.load_state_dict(saved["optimizer"])
+    if saved and state is not None:
+        load_state(state, cfg.resume, accelerator.unwrap_model)
+    trained = [(forward, optimizer)] + ([(state.model, state.optimizer)] if state else [])
+    return Learner(policy, forward, optimizer, ref_model, ref_path, algo, state, accelerator, trained)
+
+
+def load_models(cfg, accelerator, saved: dict | None):
+    """The trained policy (with LoRA adapters, gradient checkpointing as asked), the frozen
+    reference model (None: no KL term, or LoRA, whose reference is the base with its adapters off)
+    and the path of the run's starting weights, which the reference is."""
+    policy = load_agent(cfg, accelerator.device, model=cfg.resume or None, trainable=True)
+    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.mixed_precision)
+    if cfg.lora_rank and not lora.has_adapters(policy.model):
+        policy.model = lora.add_adapters(policy.model, cfg.lora_rank, cfg.lora_alpha)
+    if half and lora.has_adapters(
+        policy.model
+    ):  # fresh or resumed: the frozen base in 2 bytes, adapters fp32
+        for p in policy.model.parameters():
+            p.data = p.data if p.requires_grad else p.data.to(half)
+    disable_dropout(policy.model)  # the update's train mode must score like the rollout's eval mode
+    policy.model.get_output_embeddings().float()  # (the head stays float32: logprobs.fp32_head)
+    if cfg.gradient_checkpointing:  # active in train mode only: generation keeps its KV cache
+        policy.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    ref_path = saved["ref_path"] if saved else policy.path
+    ref_model = None
+    if cfg.kl_coef and not lora.has_adapters(policy.model):
+        ref_device = "cpu" if cfg.ref_device == "cpu" else accelerator.device
+        ref_model = load_agent(cfg, ref_device, model=ref_path).model.eval().requires_grad_(False)
+        if half and str(ref_device) != "cpu":
+            ref_model.to(half)  # frozen: no fp32 master copy needed
+            ref_model.get_output_embeddings().float()  # but the head in float32 (logprobs.fp32_head)
+    return policy, ref_model, ref_path
+
+
+def prepare_batch(learner: Learner, batch: Batch, trajs: list, cfg, tm=None) -> dict:
+    """What the advantages and the loss read besides the rewards: --overlong-filter's mask (no loss
+    on an episode with a reply cut at --max-new-tokens), pi_old recomputed under --mixed-precision,
+    and the reference model's log-probs for the KL term. Returns their stats."""
+    policy, stats = learner.policy, {}
+    if cfg.overlong_filter:
+        cut = [t.truncated > 0 for t in trajs]
+        stats["charts/overlong_masked"] = dist.global_sum(mask_truncated(batch, cut))
+    if cfg.mixed_precision != "no" and not pi_old_from_update(cfg, len(trajs)):
+        stats.update(recompute_old_logprobs(learner, batch, cfg, tm))
+    if cfg.kl_coef:
+        with (
+            timed(tm, "reference"),
+            learner.accelerator.autocast(),
+            lora.reference(policy.model),
+            dist.full_weights(learner.forward),
+        ):
+            batch.ref_logprobs = reference_logprobs(learner.ref_model or policy.model, batch, cfg)
+    return stats
+
+
+def recompute_old_logprobs(learner: Learner, batch: Batch, cfg, tm=None) -> dict:
+    """pi_old from the training forward, as verl does, under --mixed-precision: in bf16/fp16 the
+    sampler's cached one-token decoding rounds differently from the update's full forward, so the
+    sampled log-probs would make the first ratio != 1 (docs/gpu.md, "Precision"; in float32 they
+    agree to 2e-4 and are kept). Returns the mean |sampled - recomputed| per agent token."""
+    with timed(tm, "old_logprobs"), learner.accelerator.autocast(), dist.full_weights(learner.forward):
+        sampled, batch.old_logprobs = batch.old_logprobs, reference_logprobs(learner.policy.model, batch, cfg)
+    gap = dist.global_sum(float(((sampled - batch.old_logprobs).abs() * batch.loss_mask).sum()))
+    return {"charts/sampling_logprob_gap": gap / max(dist.global_sum(float(batch.loss_mask.sum())), 1.0)}
+
+
+def pi_old_from_update(cfg, n_trajs: int) -> bool:
+    """Whether, under --mixed-precision, the update's own forward can stand for the recomputed pi_old
+    (`recompute_old_logprobs`), saving that whole pass: when the update is one minibatch in one epoch,
+    its forward runs on the weights the rollout sampled from, on the same rows in the same micro-
+    batches, before any optimizer step, so it is what the separate pass would compute; and nothing
+    reads pi_old before the update (no KL term: REINFORCE++ puts it in the reward).
+    `accumulate_gradients` then takes pi_old from its forward (tests/test_micro_batches.py)."""
+    single = cfg.epochs == 1 and dist.global_sum(n_trajs) <= cfg.minibatch_size
+    return cfg.mixed_precision != "no" and single and not cfg.kl_coef
+
+
+def print_on_policy_gap(stats: dict) -> None:
+    """The first minibatch's |log ratio|, before any optimizer step: 0 up to ON_POLICY_TOL."""
+    gap, worst = stats["charts/on_policy_gap"], stats["charts/on_policy_gap_max"]
+    verdict = "on-policy" if gap <= ON_POLICY_TOL else "NOT on-policy"
+    said = f"first minibatch: |log ratio| mean {gap:.2e}, max {worst:.2e}"
+    tqdm.write(f"{said} ({verdict} at tolerance {ON_POLICY_TOL:g})")
+
+
+def update(forward, batch, n_trajs: int, algo, cfg, state, accelerator, trained, tm=None) -> dict:
+    """`cfg.epochs` passes over the rollout batch (`n_trajs` trajectories on this process), each in
+    minibatches: clipped-ratio steps of every (model, optimizer) in `trained`. With N processes a
+    minibatch is every process's share of it (each process cuts its batch into the same number of
+    parts) and DDP averages the gradients. Returns the mean of each minibatch's (global) stats, and
+    `signals/nonfinite_skips`: the optimizer steps skipped because the loss or a gradient norm was
+    NaN or infinite (the weights are left as they were; machinery/signals.py raises the alarm)."""
+    n_minibatches = max(
+        1, math.ceil(dist.global_sum(n_trajs) / cfg.minibatch_size)
+    )  # the same on every process
+    filler = batch.select(torch.arange(1)).trim()  # a weight-0 pass for a process with nothing in a minibatch
+    stats: dict[str, list] = {}
+    first = (
+        None  # the first minibatch's |log ratio| (mean, max): 0 up to rounding, or pi_old is not the policy's
+    )
+    skipped = 0  # optimizer steps skipped for a non-finite loss or gradient
+    from_forward = pi_old_from_update(cfg, n_trajs)  # pi_old: the first forward (no separate pass)
+    for _ in range(cfg.epochs):
+        for part in torch.randperm(n_trajs).tensor_split(n_minibatches):
+            rows = torch.isin(batch.traj, part).nonzero().squeeze(-1)
+            for _, opt in trained:
+                opt.zero_grad()
+            with timed(tm, "forward_backward"):
+                mb = batch.select(rows)
+                st = accumulate_gradients(forward, mb, algo, cfg, state, accelerator, filler, from_forward)
+            with timed(tm, "optimizer"):
+                # the policy, then the algorithm's own model; the norms are global (the same on every process)
+                norms = [
+                    float(accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm))
+                    for model, _ in trained
+                ]
+                if all(map(math.isfinite, norms + [st["losses/loss"]])):
+                    for _, opt in trained:
+                        opt.step()
+                else:  # a NaN/inf loss or gradient would poison the weights: skip (signals.py's alarm)
+                    skipped += 1
+            top = st.pop("max_log_ratio")
+            first = first or (st["losses/abs_log_ratio"], top)
+            for k, v in st.items():
+                stats.setdefault(k, []).append(v)
+    for _, opt in trained:  # free the gradients before the next rollout
+        opt.zero_grad(set_to_none=True)
+    return {
+        **{k: float(np.mean(v)) for k, v in stats.items()},
+        "signals/nonfinite_skips": skipped,
+        "charts/on_policy_gap": first[0],
+        "charts/on_policy_gap_max": first[1],
+    }
+
+
+def accumulate_gradients(forward, mb, algo, cfg, state, accelerator, filler=None, pi_old_from_forward=False):
+    """Backward of the algorithm's loss on minibatch `mb`, one micro-batch at a time. `forward`:
+    the policy, or its `logprobs.LogprobForward` as Accelerate prepared it (DDP, FSDP).
+
+    Every term of the loss is a token-mean over the minibatch's agent tokens, so the loss of micro-
+    batch i, weighted by its share n_i / n of those tokens, sums to the minibatch's loss, and the
+    accumulated gradients are the minibatch's (tests/test_micro_batches.py checks this to float
+    tolerance). Only one micro-batch's activations are alive at a time.
+
+    With N processes n counts every process's tokens (dist.global_sum) and DDP averages the
+    gradients, dividing by N: each backward is scaled by N * n_i / n, so the step is the token mean
+    over the global minibatch however unequally the tokens fall (tests/test_distributed.py). Every
+    process runs the same number of passes (DDP and FSDP communicate in each): one with fewer
+    micro-batches repeats `filler` (default: its last micro-batch) at weight 0, and only the last
+    pass averages the gradients (no_sync before). `pi_old_from_forward` (`pi_old_from_update`): each
+    micro-batch's pi_old is its own forward's log-probs, detached (every ratio 1, as after a
+    recompute); the gap to the sampled ones is logged. Returns the global minibatch's stats."""
+    n = dist.global_sum(float(mb.loss_mask.sum()))
+    micros = (
+        [m for _, m in micro_batches(mb, cfg.micro_batch_size, cfg.micro_batch_tokens)] if len(mb) else []
+    )
+    passes = [(m, float(m.loss_mask.sum()) / n if n > 0 else 0.0) for m in micros]
+    passes += [(filler or micros[-1], 0.0)] * (dist.global_max(len(passes)) - len(passes))
+    models = [forward] + ([state.model] if state is not None else [])
+    stats: dict[str, float] = {}
+    max_log_ratio = 0.0
+    for i, (micro, w) in enumerate(passes):
+        with contextlib.ExitStack() as no_sync:
+            if i < len(passes) - 1:  # accumulate locally; the last backward averages over the processes
+                for model in models:
+                    no_sync.enter_context(accelerator.no_sync(model))
+            sampled = {}  # |sampled - pi_old| per agent token, when pi_old is this forward's
+            with accelerator.autocast():
+                logp, ent = token_logprobs(forward, micro, cfg.temperature, with_entropy=True)
+                if pi_old_from_forward:
+                    m = micro.loss_mask.to(logp.device)
+                    gap = (micro.old_logprobs.to(logp.device) - logp.detach()).abs() * m
+                    sampled = {"charts/sampling_logprob_gap": float(gap.sum() / m.sum().clamp(min=1))}
+                    micro.old_logprobs = logp.detach().float()
+                loss, st = algo.loss(logp, ent, micro, cfg, state)
+            accelerator.backward(loss * w * dist.world())
+        for k, v in {**st, **sampled, "losses/loss": loss.item()}.items():
+            stats[k] = stats.get(k, 0.0) + w * v
+        agent = micro.loss_mask.to(logp.device) > 0
+        gap = (logp.detach() - micro.old_logprobs.to(logp.device))[agent].abs()  # |log ratio| per agent token
+        stats["losses/abs_log_ratio"] = stats.get("losses/abs_log_ratio", 0.0) + w * float(
+            gap.mean() if len(gap) else 0.0
+        )
+        if w > 0 and len(gap):
+            max_log_ratio = max(max_log_ratio, float(gap.max()))
+    keys = sorted(stats)  # the same on every process
+    out = dict(
+        zip(keys, dist.global_sum(torch.tensor([stats[k] for k in keys], dtype=torch.float64)).tolist())
+    )
+    return {**out, "max_log_ratio": dist.global_max(max_log_ratio)}
+
+
+@torch.no_grad()
+def reference_logprobs(model, batch, cfg) -> torch.Tensor:
+    """(B, T) log-probs of the agent tokens under the frozen reference `model`, once per batch,
+    in the update's micro-batches (`micro_batches`) on whatever device the model is on."""
+    out = torch.zeros_like(batch.loss_mask)
+    for rows, micro in micro_batches(batch, cfg.micro_batch_size, cfg.micro_batch_tokens):
+        lp, _ = token_logprobs(model, micro, cfg.temperature)
+        out[rows, : lp.shape[1]] = lp.float().cpu()
+    return out
