@@ -48,6 +48,7 @@ from config import (
 from envs import ENVS, EnvPool, EnvSpec, close_pool, open_pool, server_url
 from machinery import dist
 from machinery.flags import problem
+from probe import binding
 
 
 @dataclass
@@ -221,6 +222,62 @@ def evaluate(
     )
     trajs = dist.gather(trajs)
     return summarise(trajs, n_samples), trajs
+
+
+def evaluate_in_training(run, when: str, step: int = 0) -> dict:
+    """The policy of train.py's `run` (its train.Run) on the held-out test tasks (and the binding
+    probe, with --probe-every) at one occasion: "before" training (summary's eval_before,
+    probe_before), after training ("after": eval_after), or at `step` of it ("step": every
+    --eval-every steps but the last, whose evaluation is eval_after, and the probe every
+    --probe-every steps, the first and the last).
+    Under FSDP the whole weights are gathered once for all of it. Returns the step's metrics."""
+    cfg, m = run.cfg, {}
+    at_step = when == "step"
+    evaluate_now = bool(run.test_tasks) and (
+        not at_step or (cfg.eval_every > 0 and step % cfg.eval_every == 0 and step != cfg.steps)
+    )
+    probe_now = (
+        bool(run.probe)
+        and when != "after"
+        and (not at_step or step % cfg.probe_every == 0 or step in (1, cfg.steps))
+    )
+    if not (evaluate_now or probe_now):
+        return m
+    # FSDP: generation needs the whole weights; in the run's precision and generation batches
+    with dist.full_weights(run.learner.forward), run.learner.accelerator.autocast():
+        if evaluate_now:
+            ev, episodes = evaluate(
+                run.learner.policy,
+                run.pool,
+                run.spec,
+                run.test_tasks,
+                cfg.eval_samples,
+                run.eval_turns,
+                "eval" if at_step else f"eval {when}",
+                cfg.generation_batch_size,
+            )
+        if probe_now:
+            probed = binding(run.learner.policy, run.probe).__dict__
+    if at_step:
+        if evaluate_now:
+            m["eval/success"], m["eval/turns"] = ev["success_rate"], ev["avg_turns"]
+        if probe_now:
+            run.summary["probe_after"] = probed
+            m.update({f"probe/{k}": v for k, v in probed.items() if k != "n_states"})
+        return m
+    if evaluate_now:
+        run.summary[f"eval_{when}"] = ev
+        if run.main:
+            write_trajectories(os.path.join(cfg.out, f"eval_{when}", "trajectories.jsonl"), episodes)
+            before = run.summary.get("eval_before", {}).get("success_rate", float("nan"))
+            errors = f" ({ev['errors']} episodes with environment errors left out)" if ev["errors"] else ""
+            print(
+                f"eval before: success {before:.3f}"
+                + (errors if when == "before" else f"  after: success {ev['success_rate']:.3f}")
+            )
+    if probe_now:
+        run.summary["probe_before"] = probed
+    return m
 
 
 def expert_rollout(pool: EnvPool, spec: EnvSpec, tasks: list[int], max_turns: int, desc: str = "expert"):

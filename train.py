@@ -51,7 +51,7 @@ from batch import Batch, make_batch
 from config import AgentConfig, check_split, flag, parse, resolve_device, resolve_precision, set_threads
 from credit import turn_credit
 from envs import ENVS, EnvPool, EnvSpec, close_pool, open_pool, server_url
-from eval import evaluate, write_trajectories
+from eval import evaluate_in_training, write_trajectories
 from machinery import dist, signals
 from machinery.checkpoint import (
     check_checkpoint,
@@ -60,10 +60,10 @@ from machinery.checkpoint import (
     restore_rng,
     save_checkpoint,
 )
-from machinery.metrics import log_metrics, peak_memory_gb, plot_curves, tensorboard
+from machinery.metrics import log_metrics, plot_curves, progress, step_metrics, tensorboard
 from machinery.rng import seed_everything
-from machinery.timing import timed
-from probe import binding, collect_states, probe_tasks
+from machinery.timing import profile_row, timed
+from probe import collect_states, probe_tasks
 from scaling_inter import ScheduleConfig, from_config
 from update import Learner, UpdateConfig, load_learner, prepare_batch, print_on_policy_gap, update
 
@@ -141,14 +141,14 @@ def parse_args(argv=None) -> Config:
 
 def train(cfg: Config, profile: list[dict] | None = None) -> dict:
     """Run the loop: the five steps of this file's docstring, one step at a time. Set-up and
-    --resume are `setup`'s, the evaluations before, during and after training `evaluation`'s.
+    --resume are `setup`'s, the evaluations before, during and after training eval.py's.
     `profile`: append, per step, a dict of seconds per part of the step (machinery/timing.py;
     benchmarks/rollout_profile.py prints it)."""
     run = setup(cfg)
     learner = run.learner
     try:
         if run.start == 1:
-            evaluation(run, "before")
+            evaluate_in_training(run, "before")
         bar = tqdm(range(run.start, cfg.steps + 1), desc=f"{cfg.algo} on {cfg.env}", initial=run.start - 1,
                    total=cfg.steps, disable=not run.main)  # fmt: skip
         for step in bar:
@@ -175,27 +175,22 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
                 print_on_policy_gap(stats)
             signals.check_finite(learner.policy.model, step)  # NaN weights stop the run here, never saved
             # 5. log (with the step's signals, alarms and periodic evaluation), checkpoint
-            m = step_metrics(run, step, horizon, trajs, batch, {**stats, **extra}, (t0, t_roll, t_update))
+            times, st = (t0, t_roll, t_update), {**stats, **extra}
+            m = step_metrics(step, horizon, trajs, batch, st, times, cfg.epochs, run.device)
             m.update(signals.step_signals(dist.gather(signals.episode_facts(episodes)), batch))
-            m.update(evaluation(run, "step", step))
+            m.update(evaluate_in_training(run, "step", step))
             fired = log_step(run, m, episodes, batch, trajs)
             bar.set_postfix(**progress(m, fired))
             if step % cfg.save_every == 0 or step == cfg.steps:
                 with timed(tm, "checkpoint"):
                     save_checkpoint(cfg, learner, step)
             if profile is not None:
-                row = {
-                    "step": step,
-                    "horizon": horizon,
-                    "episodes": len(trajs),
-                    "agent_tokens": m["agent_tokens"],
-                }
-                profile.append({**row, "total": time.time() - t0, **tm})
+                profile.append(profile_row(step, horizon, len(trajs), batch, t0, tm))
             if fired and cfg.stop_on_alarm:  # an alarm stops the run only when asked to
                 if run.main:
                     tqdm.write(f"stopping after step {step}: --stop-on-alarm ({', '.join(fired)})")
                 break
-        evaluation(run, "after")
+        evaluate_in_training(run, "after")
     finally:
         close_pool(run.pool)
         if run.writer:
@@ -278,61 +273,6 @@ def setup(cfg: Config) -> Run:
     )
 
 
-def evaluation(run: Run, when: str, step: int = 0) -> dict:
-    """The policy on the held-out test tasks (and the binding probe, with --probe-every) at one
-    occasion: "before" training (summary's eval_before, probe_before), after training ("after":
-    eval_after), or at `step` of it ("step": every --eval-every steps but the last, whose
-    evaluation is eval_after, and the probe every --probe-every steps, the first and the last).
-    Under FSDP the whole weights are gathered once for all of it. Returns the step's metrics."""
-    cfg, m = run.cfg, {}
-    at_step = when == "step"
-    evaluate_now = bool(run.test_tasks) and (
-        not at_step or (cfg.eval_every > 0 and step % cfg.eval_every == 0 and step != cfg.steps)
-    )
-    probe_now = (
-        bool(run.probe)
-        and when != "after"
-        and (not at_step or step % cfg.probe_every == 0 or step in (1, cfg.steps))
-    )
-    if not (evaluate_now or probe_now):
-        return m
-    # FSDP: generation needs the whole weights; in the run's precision and generation batches
-    with dist.full_weights(run.learner.forward), run.learner.accelerator.autocast():
-        if evaluate_now:
-            ev, episodes = evaluate(
-                run.learner.policy,
-                run.pool,
-                run.spec,
-                run.test_tasks,
-                cfg.eval_samples,
-                run.eval_turns,
-                "eval" if at_step else f"eval {when}",
-                cfg.generation_batch_size,
-            )
-        if probe_now:
-            probed = binding(run.learner.policy, run.probe).__dict__
-    if at_step:
-        if evaluate_now:
-            m["eval/success"], m["eval/turns"] = ev["success_rate"], ev["avg_turns"]
-        if probe_now:
-            run.summary["probe_after"] = probed
-            m.update({f"probe/{k}": v for k, v in probed.items() if k != "n_states"})
-        return m
-    if evaluate_now:
-        run.summary[f"eval_{when}"] = ev
-        if run.main:
-            write_trajectories(os.path.join(cfg.out, f"eval_{when}", "trajectories.jsonl"), episodes)
-            before = run.summary.get("eval_before", {}).get("success_rate", float("nan"))
-            errors = f" ({ev['errors']} episodes with environment errors left out)" if ev["errors"] else ""
-            print(
-                f"eval before: success {before:.3f}"
-                + (errors if when == "before" else f"  after: success {ev['success_rate']:.3f}")
-            )
-    if probe_now:
-        run.summary["probe_before"] = probed
-    return m
-
-
 def collect(run: Run, step: int, horizon: int, tm=None) -> tuple[list, list, dict]:
     """Step 2: this process's rollouts of the step's groups. Returns every episode (all are saved and
     watched), the trajectories the update learns from (no environment error; with
@@ -406,44 +346,6 @@ def skip_failed_step(run: Run, step: int, horizon: int, trajs: list, n_errors: i
         if run.main:
             log_metrics(os.path.join(run.cfg.out, "metrics.jsonl"), run.writer, run.history[-1])
     return bool(skip)
-
-
-def progress(m: dict, fired: list) -> dict:
-    """The progress bar's short figures: horizon, success, turns, flat groups, alarms so far."""
-    return {
-        "h": m["horizon"],
-        "succ": f"{m['charts/success']:.2f}",
-        "turns": f"{m['charts/turns']:.1f}",
-        "flat": f"{m['signals/flat_groups']:.2f}",
-        "alarms": len(fired),
-    }
-
-
-def step_metrics(run: Run, step: int, horizon: int, trajs: list, batch: Batch, stats: dict, times) -> dict:
-    """The step's line of metrics.jsonl: its episodes (every process's), speed, memory and the
-    update's stats. `times`: the step's start, the rollout's seconds, the update's start."""
-    t0, t_roll, t_update = times
-    # dist.gather: the same lists on every process, so the adaptive schedule decides the same everywhere
-    ep = dist.gather(
-        [(t.reward, t.success, t.turns, t.truncated, not t.done and t.turns >= horizon) for t in trajs]
-    )
-    agent_tokens = int(dist.global_sum(int(batch.loss_mask.sum())))
-    update_tokens = run.cfg.epochs * dist.global_sum(int(batch.attention_mask.sum()))
-    return {
-        "step": step,
-        "horizon": horizon,
-        "charts/reward": float(np.mean([e[0] for e in ep])),
-        "charts/success": float(np.mean([e[1] for e in ep])),
-        "charts/turns": float(np.mean([e[2] for e in ep])),
-        "charts/truncated_replies": sum(e[3] for e in ep),
-        # episodes the horizon ended (the env had not said done): the adaptive schedule's signal
-        "charts/cut_share": float(np.mean([e[4] for e in ep])),
-        "charts/tokens_per_s": agent_tokens / max(t_roll, 1e-9),
-        "charts/seconds_per_step": time.time() - t0,
-        "perf/update_tokens_per_s": update_tokens / (time.time() - t_update),
-        "perf/peak_memory_gb": dist.global_max(peak_memory_gb(run.device)),  # the largest process's
-        **stats,
-    }
 
 
 def log_step(run: Run, m: dict, episodes: list, batch: Batch, trajs: list) -> list[str]:

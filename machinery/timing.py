@@ -13,6 +13,8 @@ import sys
 import time
 from contextlib import contextmanager
 
+from machinery import dist
+
 
 @contextmanager
 def timed(timings: dict | None, name: str):
@@ -35,3 +37,11 @@ def _sync():
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
+
+
+def profile_row(step: int, horizon: int, episodes: int, batch, t0: float, timings: dict) -> dict:
+    """One step's line of the profile (train.train's `profile`): its size, its seconds in all since
+    `t0`, and each section's."""
+    tokens = int(dist.global_sum(int(batch.loss_mask.sum())))  # the agent's own tokens, every process's
+    row = {"step": step, "horizon": horizon, "episodes": episodes, "agent_tokens": tokens}
+    return {**row, "total": time.time() - t0, **timings}
