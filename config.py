@@ -93,7 +93,7 @@ def load_agent(cfg: AgentConfig, device: str, model: str | None = None, trainabl
     """The policy named by `model` (default `cfg.model`) with the model's own defaults,
     overridden by every setting of `cfg` that is not auto. A folder of LoRA adapters (machinery/lora.py)
     loads its base model with the adapters on (`trainable`: to continue training them)."""
-    import agent  # (here, not at the top: the command line is checked before torch loads)
+    import agent  # (here, not at the top: importing config.py loads no torch)
     import tiny
     from machinery import lora
 

@@ -252,7 +252,7 @@ def evaluate_in_training(run, when: str, step: int = 0) -> dict:
                 run.spec,
                 run.test_tasks,
                 cfg.eval_samples,
-                run.eval_turns,
+                run.eval_horizon,
                 "eval" if at_step else f"eval {when}",
                 cfg.generation_batch_size,
             )

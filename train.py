@@ -104,7 +104,7 @@ class Config(AgentConfig, UpdateConfig, ScheduleConfig, AlgorithmSettings, signa
     """test tasks for eval_before / eval_after (0: skip)"""
     eval_samples: int = flag(1, at_least=1)
     """episodes per test task at eval_before / eval_after (a small test split needs several)"""
-    eval_max_turns: int = flag(0, at_least=0)
+    eval_horizon: int = flag(0, at_least=0)
     """the horizon at evaluation; 0: the schedule's last"""
     eval_every: int = flag(0, at_least=0)
     """also evaluate on the test split every N steps (logged as eval/success, eval/turns); 0: never"""
@@ -211,7 +211,7 @@ class Run:
     pool: EnvPool
     train_tasks: list[int]
     test_tasks: list[int]  # the first --eval-episodes of the test split
-    eval_turns: int
+    eval_horizon: int
     probe: list  # the binding probe's states (probe.py); empty: no probe
     start: int  # the first step to run (after --resume: the checkpoint's + 1)
     history: list[dict]  # the logged steps so far: the adaptive schedule replays its decisions from them
@@ -263,7 +263,7 @@ def setup(cfg: Config) -> Run:
         pool=pool,
         train_tasks=spec.splits[cfg.train_split],
         test_tasks=spec.splits[cfg.test_split][:n_eval],
-        eval_turns=cfg.eval_max_turns or schedule.rounds[-1],
+        eval_horizon=cfg.eval_horizon or schedule.rounds[-1],
         probe=collect_states(pool, probe_tasks(cfg.probe_states)) if probed else [],
         start=start,
         history=history,

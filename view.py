@@ -12,7 +12,9 @@ to `<out>/trajectories.jsonl`; `train.py` writes `<out>/metrics.jsonl` (one line
 rollouts to `<out>/rollouts/step_<N>.jsonl` and the two evaluations' episodes to
 `<out>/eval_before/` and `<out>/eval_after/`. This file reads any of those and writes one HTML
 file (default `<first input>/report.html`) that opens offline in a browser: no server, no
-network, no build step; CSS, JavaScript and the data are inside it.
+network, no build step; CSS, JavaScript and the data are inside it. The page itself lives in
+`report/` beside this file: `report.html` (the skeleton), `report.css` and `report.js` (the code
+that draws everything from the data), read when a report is written and inlined into it.
 
 The report holds: a summary per set of episodes (success, score, turns, per category, pass@k as
 a curve), a table of episodes with filters and sorting, an episode page (each turn's
@@ -31,6 +33,7 @@ file that is not valid JSON (a truncated last line after a crash, say) is report
 line number at the top of the report, and the other lines are still shown.
 """
 
+import dataclasses
 import glob
 import json
 import math
@@ -39,9 +42,8 @@ import re
 
 from machinery import signals
 
-# What each server answers when it refuses an action (machinery/signals.py, which counts such
-# turns as `signals/invalid_actions`): a turn whose next observation matches is marked "refused".
-REFUSALS = signals.REFUSALS
+# The page's files: the skeleton, its styles and its code (read at run time, inlined in the report).
+PAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "report")
 # Only images we made ourselves (BabyAI's frames) become <img> sources.
 DATA_URL = re.compile(r"data:image/png;base64,[A-Za-z0-9+/=]+")
 
@@ -107,55 +109,73 @@ def turns_of(rec: dict) -> tuple[str, list[dict]]:
     replies = [_text(m.get("content")) for m in msgs if m.get("role") == "assistant"]
     obs = [_text(o) for o in rec.get("observations") or []] or users
     actions = [_text(a) for a in rec.get("actions") or []]
-    rewards = rec.get("rewards") or []
-    frames = rec.get("frames") or []
-    credit = rec.get("credit") if isinstance(rec.get("credit"), dict) else {}
     n = max(len(replies), len(actions))
-    done = bool(rec.get("done"))
-    out = []
-    for k in range(n):
-        reply = replies[k] if k < len(replies) else ""
-        action = actions[k] if k < len(actions) else ""
-        after = obs[k + 1] if k + 1 < len(obs) else ""
-        status = "ok"
-        if not action.strip():
-            status = "unparsed"
-        elif REFUSALS.search(after):
-            status = "refused"
-        frame = frames[k] if k < len(frames) and isinstance(frames[k], str) else ""
-        out.append(
-            {
-                "observation": obs[k] if k < len(obs) else "",
-                "reply": reply,
-                "action": action,
-                "reward": _num(rewards[k]) if k < len(rewards) else None,
-                "done": done and k == n - 1,
-                "after": after,
-                "status": status,
-                "frame": frame if DATA_URL.fullmatch(frame) else "",
-                # the advantage the run's algorithm gave this turn (and PPO's value), when saved
-                "credit": _at(credit.get("credit"), k),
-                "value": _at(credit.get("value_sum"), k),
-                "tokens": _at(credit.get("tokens"), k),
-            }
-        )
+    out = [
+        turn(rec, k, _get(obs, k), _get(replies, k), _get(actions, k), _get(obs, k + 1), last=k == n - 1)
+        for k in range(n)
+    ]
     if out:  # the picture after the last action (BabyAI's final grid)
-        last = frames[n] if n < len(frames) and isinstance(frames[n], str) else ""
-        out[-1]["frame_after"] = last if DATA_URL.fullmatch(last) else ""
-    elif obs:
+        out[-1]["frame_after"] = _frame(rec, n)
+    elif obs:  # the agent never replied: the first observation alone
         out.append(
             {
                 "observation": obs[0],
                 "reply": "",
                 "action": "",
                 "reward": None,
-                "done": done,
+                "done": bool(rec.get("done")),
                 "after": "",
                 "status": "no reply",
                 "frame": "",
             }
         )
     return system, out
+
+
+def turn(rec: dict, k: int, observation: str, reply: str, action: str, after: str, last: bool) -> dict:
+    """Turn k of record `rec` as the page shows it; `after`: the observation that came back."""
+    rewards = rec.get("rewards") or []
+    credit = _credit_of(rec)
+    return {
+        "observation": observation,
+        "reply": reply,
+        "action": action,
+        "reward": _num(rewards[k]) if k < len(rewards) else None,
+        "done": bool(rec.get("done")) and last,
+        "after": after,
+        "status": turn_status(action, after),
+        "frame": _frame(rec, k),
+        # the advantage the run's algorithm gave this turn (and PPO's value), when saved
+        "credit": _at(credit.get("credit"), k),
+        "value": _at(credit.get("value_sum"), k),
+        "tokens": _at(credit.get("tokens"), k),
+    }
+
+
+def turn_status(action: str, after: str) -> str:
+    """A turn's mark: "unparsed" when no action could be read from the reply, "refused" when the
+    environment answered that it could not do it (`signals.refused`, which counts such turns as
+    `signals/invalid_actions`), else "ok"."""
+    if not action.strip():
+        return "unparsed"
+    return "refused" if signals.refused(after) else "ok"
+
+
+def _get(xs: list[str], k: int) -> str:
+    return xs[k] if k < len(xs) else ""
+
+
+def _frame(rec: dict, k: int) -> str:
+    """The record's picture k (before turn k; k = its turns: after the last), if it is ours."""
+    frames = rec.get("frames") or []
+    frame = frames[k] if k < len(frames) and isinstance(frames[k], str) else ""
+    return frame if DATA_URL.fullmatch(frame) else ""
+
+
+def _credit_of(rec: dict) -> dict:
+    """The credit the run's algorithm gave the record's turns, saved with a training step's
+    rollouts (credit.turn_credit: its `algo`, `token_level`, per-turn `credit`, ...); {} if none."""
+    return rec["credit"] if isinstance(rec.get("credit"), dict) else {}
 
 
 def _at(xs, k):
@@ -181,9 +201,9 @@ def episode(rec: dict, set_name: str) -> dict:
         "step": rec.get("step"),
         "system": system,
         "steps": turns,
-        "credit_algo": _text((rec.get("credit") or {}).get("algo"))
-        if isinstance(rec.get("credit"), dict)
-        else "",
+        "credit_algo": _text(_credit_of(rec).get("algo")),
+        # its credit sums the turn's tokens' advantages (the page says so beside the algorithm's name)
+        "credit_token_level": bool(_credit_of(rec).get("token_level")),
     }
 
 
@@ -191,7 +211,7 @@ def load(path: str, credit: dict | None = None) -> dict:
     """A folder (eval output or training run) or a JSONL file -> sets of episodes, summaries,
     training metrics, the alarms the run raised and problems found on the way. `credit`: name ->
     algorithm (`credit_algos`): each turn of a training step's rollouts also gets each one's
-    credit on those same episodes (`machinery.signals.credit_on_episodes`)."""
+    credit on those same episodes (`add_credits`)."""
     out = {"name": path.rstrip("/"), "sets": [], "summaries": {}, "metrics": [], "problems": [], "alarms": []}
     problems = out["problems"]
     summary_file = os.path.join(path, "summary.json")
@@ -208,10 +228,7 @@ def load(path: str, credit: dict | None = None) -> dict:
                 r["step"] = step
             eps.append(episode(r, name))
         if credit and (step is not None or any("group" in r for r in rows)):  # one training step's batch
-            by_algo = signals.credit_on_episodes(rows, credit, run_config(summary.get("config") or {}))
-            for i, e in enumerate(eps):
-                for k, t in enumerate(e["steps"]):
-                    t["credits"] = {a: _at(by_algo[a][i], k) for a in credit}
+            add_credits(eps, rows, credit, summary.get("config") or {})
         out["sets"].append({"name": name, "episodes": eps})
 
     if os.path.isfile(path):
@@ -268,9 +285,9 @@ def alarms_of(metrics: list[dict]) -> list[dict]:
 
 
 def credit_algos(names: str) -> dict:
-    """`--credit grpo,gigpo,ppo` -> name -> algorithm (train.ALGOS; imported only when asked:
+    """`--credit grpo,gigpo,ppo` -> name -> algorithm (algos.ALGOS; imported only when asked:
     it loads torch and the algorithm files)."""
-    from train import ALGOS
+    from algos import ALGOS
 
     wanted = [n.strip() for n in names.split(",") if n.strip()]
     unknown = [n for n in wanted if n not in ALGOS]
@@ -280,14 +297,25 @@ def credit_algos(names: str) -> dict:
 
 
 def run_config(saved: dict):
-    """The run's train.Config from summary.json's `config` (train.Config's defaults where absent):
-    what the algorithms read (group_std_eps, step_weight, gamma, lam, ...)."""
-    import dataclasses
+    """The run's algorithm settings (algos.Settings) from summary.json's `config`, their defaults
+    where absent: all that the algorithms' advantages() read (group_std_eps, step_weight, gamma,
+    lam, ...)."""
+    from algos import Settings
 
-    from train import Config
+    known = {f.name for f in dataclasses.fields(Settings)}
+    return Settings(**{k: v for k, v in saved.items() if k in known})
 
-    known = {f.name for f in dataclasses.fields(Config)}
-    return Config(**{k: v for k, v in saved.items() if k in known})
+
+def add_credits(eps: list[dict], rows: list[dict], algos: dict, saved_config: dict) -> None:
+    """Each turn of one training step's episodes (`eps`, read from records `rows`) gets
+    `credits`: name -> the credit algorithm `algos[name]` gives it on these same episodes
+    (credit.credit_on_episodes; imported only when asked: it loads torch)."""
+    from credit import credit_on_episodes
+
+    by_algo = credit_on_episodes(rows, algos, run_config(saved_config))
+    for i, e in enumerate(eps):
+        for k, t in enumerate(e["steps"]):
+            t["credits"] = {a: _at(by_algo[a][i], k) for a in algos}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -335,14 +363,23 @@ def report(paths: list[str], credit: dict | None = None) -> dict:
         ],
         "problems": [p for r in runs for p in r["problems"]],
         "alarms": [dict(a, run=r["name"]) for r in runs for a in r["alarms"]],
-        "credit": list(credit or {}),
+        # the algorithms of --credit: name -> whether a turn's credit sums its tokens' advantages
+        "credit": {name: {"token_level": algo.token_level} for name, algo in (credit or {}).items()},
     }
 
 
+def page_file(name: str) -> str:
+    with open(os.path.join(PAGE, name), encoding="utf-8") as f:
+        return f.read()
+
+
 def write_html(data: dict, out: str) -> None:
+    """One self-contained page: report/report.html with its styles, its code and the data inlined
+    (the data last, so no text in it is ever taken for a placeholder)."""
     page = (
-        TEMPLATE.replace("/*STYLE*/", STYLE)
-        .replace("/*SCRIPT*/", SCRIPT)
+        page_file("report.html")
+        .replace("/*STYLE*/", page_file("report.css"))
+        .replace("/*SCRIPT*/", page_file("report.js"))
         .replace("/*DATA*/", embed_json(data))
     )
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
@@ -368,7 +405,7 @@ def main(argv=None) -> str:
         "--credit",
         default="",
         help="algorithms whose per-turn credit to compute on the saved rollout "
-        "steps, side by side, e.g. grpo,gigpo,ppo (machinery/signals.py; default: only the run's own)",
+        "steps, side by side, e.g. grpo,gigpo,ppo (credit.py; default: only the run's own)",
     )
     args = p.parse_args(argv)
     for path in args.inputs:
@@ -397,481 +434,6 @@ def main(argv=None) -> str:
     for a in data["alarms"]:
         print(f"{a['message']} (steps {', '.join(map(str, a['steps']))})")
     return out
-
-
-# The page. CSP: nothing may load from anywhere; only this file's own script and styles run.
-TEMPLATE = """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy"
- content="default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>AgentGym-RL report</title>
-<style>/*STYLE*/</style></head>
-<body>
-<header><h1 id="title">AgentGym-RL report</h1>
-<nav><a href="#overview">Overview</a> <a href="#episodes">Episodes</a> <a href="#compare">Compare</a>
-<a href="#training">Training</a> <a href="#credit">Credit</a></nav></header>
-<div id="problems" hidden></div>
-<div id="alarms" hidden></div>
-<main>
-<section id="overview-view"></section>
-<section id="episodes-view" hidden>
- <div class="filters">
-  <label>set <select id="f-set"></select></label>
-  <label>outcome <select id="f-outcome">
-   <option value="">all</option><option value="success">success</option><option value="failure">failure</option>
-   <option value="truncated">truncated</option><option value="error">error</option>
-   <option value="flagged">unparsed or refused turn</option></select></label>
-  <label>category <select id="f-category"></select></label>
-  <label>search <input id="f-text" type="search" placeholder="text in any turn"></label>
-  <span id="count"></span>
- </div>
- <table id="episodes"><thead><tr>
-  <th data-key="set">set</th><th data-key="task">task</th><th data-key="category">category</th>
-  <th data-key="success">success</th><th data-key="score">score</th><th data-key="turns">turns</th>
-  <th data-key="truncated">truncated</th><th data-key="flags">flags</th></tr></thead><tbody></tbody></table>
- <button id="more" hidden>show more</button>
-</section>
-<section id="episode-view" hidden></section>
-<section id="compare-view" hidden></section>
-<section id="training-view" hidden></section>
-<section id="credit-view" hidden></section>
-</main>
-<script id="data" type="application/json">/*DATA*/</script>
-<script>/*SCRIPT*/</script>
-</body></html>
-"""
-
-STYLE = """
-body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#222;background:#fafafa}
-header{background:#263238;color:#fff;padding:8px 16px;display:flex;gap:24px;align-items:baseline}
-header h1{font-size:16px;margin:0;font-weight:600;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
-header a{color:#b3e5fc;margin-right:12px}
-main{padding:12px 16px}
-#problems{background:#fff3e0;border:1px solid #ffb74d;margin:8px 16px;padding:6px 10px;white-space:pre-wrap}
-#alarms{margin:8px 16px} .alarm{background:#ffebee;border:1px solid #e57373;border-left:6px solid #c62828;padding:6px 10px;margin:4px 0}
-.alarm b{color:#b71c1c} .credit{display:inline-block;border-radius:3px;padding:0 6px;margin-right:6px;border:1px solid #bbb}
-td.credit{display:table-cell;border-radius:0;margin:0;font-variant-numeric:tabular-nums;text-align:right}
-table{border-collapse:collapse;background:#fff;margin:6px 0}
-th,td{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
-th[data-key]{cursor:pointer;user-select:none} th.asc::after{content:" \\25B2"} th.desc::after{content:" \\25BC"}
-#episodes tbody tr{cursor:pointer} #episodes tbody tr:hover{background:#e3f2fd}
-.ok{color:#2e7d32;font-weight:600} .bad{color:#c62828;font-weight:600} .muted{color:#777}
-.filters{display:flex;flex-wrap:wrap;gap:12px;align-items:center;margin-bottom:6px}
-pre{white-space:pre-wrap;word-break:break-word;margin:4px 0;background:#fff;border:1px solid #e0e0e0;padding:6px}
-.turn{border:1px solid #cfd8dc;background:#fff;margin:10px 0;padding:8px;display:flex;gap:12px}
-.turn .body{flex:1;min-width:0} .turn img{image-rendering:pixelated;width:192px;height:auto;border:1px solid #999}
-.turn.status-refused,.turn.status-unparsed{border-left:6px solid #e53935}
-.reply mark{background:#fff176;outline:1px solid #fbc02d}
-.flag{display:inline-block;background:#e53935;color:#fff;border-radius:3px;padding:0 6px;margin-left:6px;font-size:12px}
-.meta span{margin-right:14px}
-.charts{display:flex;flex-wrap:wrap;gap:10px} .chart{background:#fff;border:1px solid #ddd}
-.chart text{font-size:10px;fill:#444} .chart .title{font-size:12px;font-weight:600;fill:#222}
-h2{font-size:15px;margin:14px 0 4px} h3{font-size:14px;margin:10px 0 4px}
-"""
-
-SCRIPT = r"""
-"use strict";
-const D = JSON.parse(document.getElementById("data").textContent);
-const $ = (id) => document.getElementById(id);
-// Every piece of data enters the page through el() as text (never innerHTML).
-function el(tag, attrs, ...kids) {
-  const e = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs || {})) {
-    if (k === "class") e.className = v; else if (k === "text") e.textContent = v; else e.setAttribute(k, v);
-  }
-  for (const k of kids) if (k !== null && k !== undefined) e.append(k instanceof Node ? k : String(k));
-  return e;
-}
-const SVGNS = "http://www.w3.org/2000/svg";
-function svg(tag, attrs, text) {
-  const e = document.createElementNS(SVGNS, tag);
-  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
-const fmt = (x, d = 3) => (typeof x === "number" && isFinite(x)) ? (Number.isInteger(x) ? String(x) : x.toFixed(d)) : "";
-const mean = (xs) => xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : NaN;
-const DATA_URL = /^data:image\/png;base64,[A-Za-z0-9+\/=]+$/;
-
-// ---- episodes, flattened once ----
-const EPS = [];
-for (const s of D.sets) for (const e of s.episodes) {
-  e.id = EPS.length;
-  e.flags = e.steps.filter((t) => t.status === "unparsed" || t.status === "refused").length;
-  e.haystack = [e.task, e.category, e.error, ...e.steps.flatMap((t) => [t.observation, t.reply, t.action, t.after])]
-    .join("\n").toLowerCase();
-  EPS.push(e);
-}
-
-// ---- alarms (machinery/signals.py): one banner each, with the steps it held ----
-function ranges(steps) {  // [1,2,3,7] -> "1-3, 7"
-  const out = [];
-  for (const s of steps) { const r = out[out.length - 1]; if (r && s === r[1] + 1) r[1] = s; else out.push([s, s]); }
-  return out.map(([a, b]) => a === b ? String(a) : a + "\u2013" + b).join(", ");
-}
-function showAlarms() {
-  if (!D.alarms.length) return;
-  const box = $("alarms");
-  box.hidden = false;
-  for (const a of D.alarms) box.append(el("div", {class: "alarm", "data-alarm": a.name},
-    el("b", {text: a.name}), " " + a.message + " \u2014 ",
-    el("a", {href: "#training", text: "steps " + ranges(a.steps)}),
-    D.training.length > 1 ? " (" + a.run + ")" : ""));
-}
-
-// ---- credit: the advantage each turn got, as a colour (green: pushed up, red: pushed down) ----
-const CREDIT_TOKEN_LEVEL = ["ppo", "reinforce_pp"];
-// set name + algorithm -> the largest |credit| in that set, so colours compare within it
-const creditScale = {};
-for (const s of D.sets) for (const e of s.episodes) for (const t of e.steps) {
-  const add = (k, v) => {
-    if (typeof v === "number") creditScale[k] = Math.max(creditScale[k] || 0, Math.abs(v));
-  };
-  add(s.name + "\u0000run", t.credit);
-  for (const [a, v] of Object.entries(t.credits || {})) add(s.name + "\u0000" + a, v);
-}
-function creditColor(v, scale) {
-  if (typeof v !== "number" || !scale) return "transparent";
-  const a = Math.min(1, Math.abs(v) / scale) * 0.55;
-  return v >= 0 ? "rgba(46,125,50," + a.toFixed(3) + ")" : "rgba(198,40,40," + a.toFixed(3) + ")";
-}
-function creditChip(label, v, scale, tag = "span") {
-  return el(tag, {class: "credit", style: "background:" + creditColor(v, scale), title: label,
-    text: (tag === "span" ? label + " " : "") +
-      (typeof v === "number" ? (v >= 0 ? "+" : "") + v.toFixed(3) : "\u2013")});
-}
-function creditLabel(algo) {
-  return algo + (CREDIT_TOKEN_LEVEL.includes(algo) ? " (sum over the turn's tokens)" : "");  // signals.TOKEN_LEVEL
-}
-
-function showProblems() {
-  if (!D.problems.length) return;
-  const box = $("problems");
-  box.hidden = false;
-  box.append(el("b", {text: D.problems.length + " problem(s) reading the input:"}));
-  for (const p of D.problems) box.append(el("div", {class: "problem", text: p}));
-}
-
-// ---- overview: per set success, score, turns, per category, pass@k ----
-function statsTable(rows) {
-  const t = el("table", {}, el("tr", {}, ...["set", "episodes", "tasks", "success", "score", "reward", "turns",
-    "truncated", "errors", "unparsed/refused turns"].map((h) => el("th", {text: h}))));
-  for (const s of rows) {
-    const eps = s.episodes;
-    t.append(el("tr", {}, el("td", {text: s.name}), el("td", {text: eps.length}),
-      el("td", {text: new Set(eps.map((e) => String(e.task))).size}),
-      el("td", {text: fmt(mean(eps.map((e) => +e.success)))}), el("td", {text: fmt(mean(eps.map((e) => e.score)))}),
-      el("td", {text: fmt(mean(eps.map((e) => e.reward)))}), el("td", {text: fmt(mean(eps.map((e) => e.turns)), 2)}),
-      el("td", {text: eps.filter((e) => e.truncated).length}), el("td", {text: eps.filter((e) => e.error).length}),
-      el("td", {text: eps.reduce((a, e) => a + e.flags, 0)})));
-  }
-  return t;
-}
-
-function categoryTable(sets) {
-  const cats = [...new Set(sets.flatMap((s) => s.episodes.map((e) => e.category)))].sort();
-  if (cats.length < 2) return null;
-  const t = el("table", {}, el("tr", {}, el("th", {text: "category"}), ...sets.map((s) => el("th", {text: s.name + " success (n)"}))));
-  for (const c of cats) {
-    t.append(el("tr", {}, el("td", {text: c || "(none)"}), ...sets.map((s) => {
-      const v = s.episodes.filter((e) => e.category === c);
-      return el("td", {text: v.length ? fmt(mean(v.map((e) => +e.success))) + " (" + v.length + ")" : ""});
-    })));
-  }
-  return t;
-}
-
-function lineChart(title, series, opts = {}) {
-  // series: [{name, xs, ys, color}]; opts.logx draws x on a log2 scale.
-  const W = opts.w || 320, H = opts.h || 180, L = 44, R = 10, T = 22, B = 26;
-  const tx = (x) => opts.logx ? Math.log2(x) : x;
-  const pts = series.flatMap((s) => s.xs.map((x, i) => [tx(x), s.ys[i]])).filter((p) => isFinite(p[0]) && isFinite(p[1]));
-  const g = svg("svg", {width: W, height: H, class: "chart", role: "img"});
-  g.append(svg("text", {x: L, y: 14, class: "title"}, title));
-  if (!pts.length) { g.append(svg("text", {x: L, y: H / 2}, "no data")); return g; }
-  let [x0, x1] = [Math.min(...pts.map((p) => p[0])), Math.max(...pts.map((p) => p[0]))];
-  let [y0, y1] = opts.ylim || [Math.min(...pts.map((p) => p[1])), Math.max(...pts.map((p) => p[1]))];
-  if (x1 === x0) { x0 -= 1; x1 += 1; }
-  if (y1 === y0) { y0 -= 0.5; y1 += 0.5; }
-  const sx = (x) => L + (tx(x) - x0) / (x1 - x0) * (W - L - R), sy = (y) => H - B - (y - y0) / (y1 - y0) * (H - T - B);
-  g.append(svg("line", {x1: L, y1: H - B, x2: W - R, y2: H - B, stroke: "#999"}));
-  g.append(svg("line", {x1: L, y1: T, x2: L, y2: H - B, stroke: "#999"}));
-  for (const y of [y0, (y0 + y1) / 2, y1]) g.append(svg("text", {x: 2, y: sy(y) + 3}, String(Number(y.toPrecision(3)))));
-  const xt = opts.logx ? [...new Set(pts.map((p) => 2 ** p[0]))] : [...new Set([x0, (x0 + x1) / 2, x1].map(Math.round))];
-  for (const x of xt) g.append(svg("text", {x: sx(x) - 6, y: H - 8}, String(x)));
-  series.forEach((s, j) => {
-    const ok = s.xs.map((x, i) => [x, s.ys[i]]).filter((p) => isFinite(tx(p[0])) && isFinite(p[1]));
-    const color = s.color || ["#1565c0", "#e65100", "#2e7d32", "#6a1b9a", "#c62828", "#00838f", "#9e9d24", "#4e342e", "#ad1457", "#546e7a"][j % 10];
-    g.append(svg("polyline", {fill: "none", stroke: color, "stroke-width": 1.6,
-      points: ok.map((p) => sx(p[0]).toFixed(1) + "," + sy(p[1]).toFixed(1)).join(" ")}));
-    if (ok.length < 40) for (const p of ok) g.append(svg("circle", {cx: sx(p[0]), cy: sy(p[1]), r: 2.2, fill: color}));
-    if (series.length > 1 && j < 12) g.append(svg("text", {x: W - R - 150, y: H - B - 12 * (Math.min(series.length, 12) - j) + 4, fill: color},
-      j === 11 && series.length > 12 ? "+ " + (series.length - 11) + " more" : s.name));
-  });
-  return g;
-}
-
-function renderOverview() {
-  const v = $("overview-view");
-  v.append(el("h2", {text: "Episodes"}));
-  if (D.sets.length) v.append(statsTable(D.sets)); else v.append(el("p", {class: "muted", text: "No episodes in the input."}));
-  const ct = categoryTable(D.sets);
-  if (ct) v.append(el("h3", {text: "Success by category"}), ct);
-  const names = Object.keys(D.summaries);
-  if (names.length) {
-    v.append(el("h2", {text: "Evaluation summaries (summary.json)"}));
-    const keys = ["n_tasks", "n_samples", "n_episodes", "success_rate", "avg_score", "avg_reward", "avg_turns", "errors"];
-    const t = el("table", {}, el("tr", {}, el("th", {text: ""}), ...names.map((n) => el("th", {text: n}))));
-    for (const k of ["model", "env", "split", "tasks"]) if (names.some((n) => D.summaries[n][k] !== undefined))
-      t.append(el("tr", {}, el("th", {text: k}), ...names.map((n) => el("td", {text: D.summaries[n][k] === undefined ? "" : String(D.summaries[n][k])}))));
-    for (const k of keys) t.append(el("tr", {}, el("th", {text: k}), ...names.map((n) => el("td", {text: fmt(D.summaries[n][k])}))));
-    const ks = [...new Set(names.flatMap((n) => Object.keys(D.summaries[n].pass_at_k || {})))].sort((a, b) => a - b);
-    for (const k of ks) t.append(el("tr", {}, el("th", {text: "pass@" + k}), ...names.map((n) => el("td", {text: fmt((D.summaries[n].pass_at_k || {})[k])}))));
-    const cats = [...new Set(names.flatMap((n) => Object.keys(D.summaries[n].success_by_category || {})))].sort();
-    for (const c of cats) t.append(el("tr", {}, el("th", {text: "success: " + c}), ...names.map((n) => el("td", {text: fmt((D.summaries[n].success_by_category || {})[c])}))));
-    v.append(t);
-    const curve = (name, pk) => { const ks = Object.keys(pk).map(Number).sort((a, b) => a - b); return {name: name, xs: ks, ys: ks.map((k) => pk[k])}; };
-    const many = (pk) => Object.keys(pk || {}).length > 1;
-    const curves = names.filter((n) => many(D.summaries[n].pass_at_k));
-    if (curves.length) {
-      const box = el("div", {class: "charts", id: "passk"}, lineChart("pass@k (unbiased, Chen et al. 2021)",
-        curves.map((n) => curve(n, D.summaries[n].pass_at_k)), {logx: true, ylim: [0, 1], w: 420, h: 240}));
-      for (const n of curves) {  // one curve per category, when eval.py broke it down
-        const cats = Object.entries(D.summaries[n].by_category || {}).filter(([c, r]) => many(r.pass_at_k));
-        if (cats.length) box.append(lineChart("pass@k by category \u00b7 " + n, cats.map(([c, r]) => curve(c, r.pass_at_k)),
-          {logx: true, ylim: [0, 1], w: 420, h: 240}));
-      }
-      v.append(box);
-    }
-  }
-}
-
-// ---- the episode table ----
-const state = {key: "id", dir: 1, limit: 500};
-function options(select, values) {
-  select.append(el("option", {value: "", text: "all"}));
-  for (const v of values) select.append(el("option", {value: v, text: v || "(none)"}));
-}
-function filtered() {
-  const set = $("f-set").value, out = $("f-outcome").value, cat = $("f-category").value, q = $("f-text").value.trim().toLowerCase();
-  let rows = EPS.filter((e) => (!set || e.set === set) && (!cat || e.category === cat) &&
-    (!out || (out === "success" ? e.success : out === "failure" ? !e.success : out === "truncated" ? e.truncated :
-      out === "error" ? !!e.error : e.flags > 0)) && (!q || e.haystack.includes(q)));
-  const k = state.key;
-  rows = rows.slice().sort((a, b) => {
-    const x = a[k], y = b[k];
-    const c = (typeof x === "number" || typeof x === "boolean") && (typeof y === "number" || typeof y === "boolean") ? x - y : String(x).localeCompare(String(y), undefined, {numeric: true});
-    return c * state.dir || a.id - b.id;
-  });
-  return rows;
-}
-function renderTable() {
-  const rows = filtered(), body = document.querySelector("#episodes tbody");
-  body.textContent = "";
-  for (const e of rows.slice(0, state.limit)) {
-    const tr = el("tr", {"data-id": e.id}, el("td", {text: e.set}), el("td", {text: e.task}), el("td", {text: e.category}),
-      el("td", {class: e.success ? "ok" : "bad", text: e.success ? "yes" : "no"}), el("td", {text: fmt(e.score)}),
-      el("td", {text: e.turns}), el("td", {text: e.error ? "error" : e.truncated ? "yes" : ""}),
-      el("td", {text: e.flags ? e.flags + " flagged" : ""}));
-    tr.addEventListener("click", () => { location.hash = "#episode-" + e.id; });
-    body.append(tr);
-  }
-  $("count").textContent = rows.length + " of " + EPS.length + " episodes";
-  $("more").hidden = rows.length <= state.limit;
-}
-function initTable() {
-  options($("f-set"), D.sets.map((s) => s.name));
-  options($("f-category"), [...new Set(EPS.map((e) => e.category))].sort());
-  for (const id of ["f-set", "f-outcome", "f-category", "f-text"]) $(id).addEventListener("input", () => { state.limit = 500; renderTable(); });
-  $("more").addEventListener("click", () => { state.limit += 500; renderTable(); });
-  for (const th of document.querySelectorAll("#episodes th[data-key]")) th.addEventListener("click", () => {
-    state.dir = state.key === th.dataset.key ? -state.dir : 1;
-    state.key = th.dataset.key;
-    for (const o of document.querySelectorAll("#episodes th")) o.className = "";
-    th.className = state.dir > 0 ? "asc" : "desc";
-    renderTable();
-  });
-  renderTable();
-}
-
-// ---- one episode ----
-function replyWithAction(reply, action) {
-  // The reply as text, the parsed action marked where it occurs last (as AgentGym's parsers read).
-  const pre = el("pre", {class: "reply"});
-  const i = action ? reply.lastIndexOf(action) : -1;
-  if (i < 0) { pre.append(reply || "(empty reply)"); return [pre, !!action]; }
-  pre.append(reply.slice(0, i), el("mark", {text: action}), reply.slice(i + action.length));
-  return [pre, false];
-}
-function picture(src, label) {
-  return src && DATA_URL.test(src) ? el("figure", {}, el("img", {src: src, alt: label}), el("figcaption", {class: "muted", text: label})) : null;
-}
-function renderEpisode(id) {
-  const e = EPS[id], v = $("episode-view");
-  v.textContent = "";
-  if (!e) { v.append(el("p", {text: "No episode " + id})); return; }
-  v.append(el("p", {}, el("a", {href: "#episodes", text: "\u2190 all episodes"}),
-    id > 0 ? el("a", {href: "#episode-" + (id - 1), text: "  \u2039 previous"}) : null,
-    id + 1 < EPS.length ? el("a", {href: "#episode-" + (id + 1), text: "  next \u203a"}) : null));
-  v.append(el("h2", {text: "Task " + e.task + (e.category ? " \u00b7 " + e.category : "") + " \u00b7 " + e.set}));
-  v.append(el("div", {class: "meta"}, el("span", {class: e.success ? "ok" : "bad", text: e.success ? "success" : "failure"}),
-    el("span", {text: "score " + fmt(e.score)}), el("span", {text: "reward " + fmt(e.reward)}), el("span", {text: e.turns + " turns"}),
-    el("span", {text: e.error ? "error: " + e.error : e.done ? "ended by the environment" : "truncated at the horizon"}),
-    e.step !== null && e.step !== undefined ? el("span", {text: "training step " + e.step}) : null));
-  if (e.system) v.append(el("details", {}, el("summary", {text: "system prompt"}), el("pre", {text: e.system})));
-  e.steps.forEach((t, k) => {
-    const body = el("div", {class: "body"});
-    body.append(el("h3", {text: "Turn " + (k + 1)}), el("div", {class: "muted", text: "observation"}), el("pre", {class: "obs", text: t.observation}));
-    const [pre, notVerbatim] = replyWithAction(t.reply, t.action);
-    const head = el("div", {class: "muted", text: "reply"});
-    if (t.status === "unparsed") head.append(el("span", {class: "flag", text: "did not parse: no action"}));
-    if (t.status === "refused") head.append(el("span", {class: "flag", text: "refused by the environment"}));
-    body.append(head, pre);
-    body.append(el("div", {class: "meta"}, el("span", {}, "action ", el("code", {class: "action", text: t.action || "(none)"})),
-      notVerbatim ? el("span", {class: "muted", text: "(normalised: not verbatim in the reply)"}) : null,
-      el("span", {text: "reward " + (t.reward === null ? "?" : fmt(t.reward))}), el("span", {text: "done " + (t.done ? "yes" : "no")})));
-    if (k === e.steps.length - 1 && t.after) body.append(el("div", {class: "muted", text: "final observation"}), el("pre", {class: "obs", text: t.after}));
-    if (typeof t.credit === "number" || t.credits) {
-      const scale = creditScale[e.set + "\u0000run"], line = el("div", {class: "meta credits"});
-      if (typeof t.credit === "number") line.append(creditChip("credit, " + creditLabel(e.credit_algo || "run") + ":", t.credit, scale));
-      if (typeof t.value === "number") line.append(el("span", {class: "muted", text: "value (sum) " + fmt(t.value)}));
-      if (typeof t.tokens === "number") line.append(el("span", {class: "muted", text: t.tokens + " agent tokens"}));
-      for (const [a, v] of Object.entries(t.credits || {})) line.append(creditChip(creditLabel(a) + ":", v, creditScale[e.set + "\u0000" + a]));
-      body.append(line);
-    }
-    const turn = el("div", {class: "turn status-" + t.status.replace(/\W/g, "")}, body);
-    if (typeof t.credit === "number") turn.style.borderLeft = "6px solid " + creditColor(t.credit, creditScale[e.set + "\u0000run"]).replace(/,[0-9.]+\)$/, ",0.9)");
-    const pics = el("div", {}, picture(t.frame, "before turn " + (k + 1)), picture(t.frame_after, "after the last turn"));
-    if (pics.childNodes.length) turn.prepend(pics);
-    v.append(turn);
-  });
-}
-
-// ---- comparison of two sets on the same task ids ----
-function renderCompare() {
-  const v = $("compare-view");
-  v.textContent = "";
-  v.append(el("h2", {text: "Compare two sets on the same task ids"}));
-  if (D.sets.length < 2) { v.append(el("p", {class: "muted", text: "Give two runs (e.g. before and after training) to compare them."})); return; }
-  const pick = (id, dflt) => { const s = el("select", {id: id}); D.sets.forEach((x, i) => s.append(el("option", {value: i, text: x.name}))); s.value = dflt; return s; };
-  const before = D.sets.findIndex((s) => / eval_before$/.test(s.name)), after = D.sets.findIndex((s) => / eval_after$/.test(s.name));
-  const a = pick("cmp-a", before >= 0 && after >= 0 ? before : 0), b = pick("cmp-b", before >= 0 && after >= 0 ? after : 1);
-  const out = el("div", {});
-  v.append(el("div", {class: "filters"}, el("label", {}, "A ", a), el("label", {}, "B ", b)), out);
-  const draw = () => {
-    out.textContent = "";
-    const per = (s) => { const m = new Map(); for (const e of D.sets[s].episodes) { const k = String(e.task); if (!m.has(k)) m.set(k, []); m.get(k).push(e); } return m; };
-    const A = per(+a.value), B = per(+b.value);
-    const shared = [...A.keys()].filter((k) => B.has(k)).sort((x, y) => x.localeCompare(y, undefined, {numeric: true}));
-    const rate = (es) => mean(es.map((e) => +e.success));
-    const rows = shared.map((k) => ({task: k, a: rate(A.get(k)), b: rate(B.get(k)), ea: A.get(k)[0], eb: B.get(k)[0]}));
-    const up = rows.filter((r) => r.b > r.a), down = rows.filter((r) => r.b < r.a);
-    out.append(el("p", {id: "cmp-counts", text: shared.length + " shared tasks; failure \u2192 success (B better): " + up.length +
-      "; success \u2192 failure (B worse): " + down.length + "; unchanged: " + (shared.length - up.length - down.length) +
-      ". Success on shared tasks: A " + fmt(mean(rows.map((r) => r.a))) + ", B " + fmt(mean(rows.map((r) => r.b))) + "."}));
-    for (const [title, list] of [["failure \u2192 success", up], ["success \u2192 failure", down]]) {
-      out.append(el("h3", {text: title + " (" + list.length + ")"}));
-      if (!list.length) continue;
-      const t = el("table", {}, el("tr", {}, ...["task", "category", "A success", "B success", "episodes"].map((h) => el("th", {text: h}))));
-      for (const r of list) t.append(el("tr", {}, el("td", {text: r.task}), el("td", {text: r.ea.category}), el("td", {text: fmt(r.a, 2)}), el("td", {text: fmt(r.b, 2)}),
-        el("td", {}, el("a", {href: "#episode-" + r.ea.id, text: "A"}), " ", el("a", {href: "#episode-" + r.eb.id, text: "B"}))));
-      out.append(t);
-    }
-  };
-  a.addEventListener("input", draw); b.addEventListener("input", draw);
-  draw();
-}
-
-// ---- training curves ----
-const CURVES = [["charts/success", "success (train rollouts)"], ["charts/reward", "reward"], ["charts/turns", "turns per episode"],
-  ["horizon", "horizon (max turns)"], ["losses/kl", "KL to reference"], ["losses/approx_kl", "approx KL (old \u2192 new)"],
-  ["losses/entropy", "entropy"], ["losses/clipfrac", "clip fraction"],
-  ["signals/flat_groups", "groups with all-equal rewards"], ["signals/identical_replies", "identical replies within groups"],
-  ["signals/invalid_actions", "turns without a valid action"], ["signals/cut_replies", "replies cut at the token limit"],
-  ["signals/reply_tokens", "mean reply length (tokens)"], ["signals/adv_std", "advantage spread (std)"]];
-function renderTraining() {
-  const v = $("training-view");
-  v.textContent = "";
-  if (!D.training.length) { v.append(el("p", {class: "muted", text: "No training run (metrics.jsonl) in the input."})); return; }
-  for (const run of D.training) {
-    v.append(el("h2", {text: run.name + " \u00b7 " + run.metrics.length + " steps"}));
-    if (Object.keys(run.config || {}).length) v.append(el("details", {}, el("summary", {text: "configuration"}),
-      el("pre", {text: Object.entries(run.config).map(([k, x]) => k + " = " + JSON.stringify(x)).join("\n")})));
-    const rows = run.metrics.filter((m) => typeof m.step === "number");
-    const keys = [...new Set(rows.flatMap((m) => Object.keys(m).filter((k) => k !== "step" && !k.startsWith("alarm/") && typeof m[k] === "number")))];
-    const order = CURVES.map((c) => c[0]).filter((k) => keys.includes(k)).concat(keys.filter((k) => !CURVES.some((c) => c[0] === k)).sort());
-    const box = el("div", {class: "charts"});
-    for (const k of order) {
-      const label = (CURVES.find((c) => c[0] === k) || [k, k])[1];
-      const pts = rows.filter((m) => typeof m[k] === "number");
-      box.append(lineChart(label, [{name: k, xs: pts.map((m) => m.step), ys: pts.map((m) => m[k])}],
-        k === "charts/success" ? {ylim: [0, 1]} : {}));
-    }
-    v.append(box);
-    const samples = D.sets.filter((s) => s.name.startsWith(run.name + " step "));
-    if (samples.length) {
-      v.append(el("h3", {text: "Sample rollouts by training step"}));
-      const t = el("table", {}, el("tr", {}, ...["step", "episodes", "success", "turns", "flagged turns", "first episode"].map((h) => el("th", {text: h}))));
-      for (const s of samples) {
-        const eps = s.episodes;
-        t.append(el("tr", {}, el("td", {text: s.name.slice(run.name.length + 6)}), el("td", {text: eps.length}),
-          el("td", {text: fmt(mean(eps.map((e) => +e.success)))}), el("td", {text: fmt(mean(eps.map((e) => e.turns)), 2)}),
-          el("td", {text: eps.reduce((a, e) => a + e.flags, 0)}), el("td", {}, eps.length ? el("a", {href: "#episode-" + eps[0].id, text: "open"}) : "")));
-      }
-      v.append(t);
-    }
-  }
-}
-
-// ---- credit side by side: every turn of the saved training steps, one column per algorithm ----
-function renderCredit() {
-  const v = $("credit-view");
-  v.textContent = "";
-  v.append(el("h2", {text: "Credit per turn: the advantage each algorithm gives each turn"}));
-  v.append(el("p", {class: "muted", text: "The run's own column is what its update used (saved with --save-rollouts-every); " +
-    "other columns come from `python view.py RUN --credit grpo,gigpo,ppo`, each algorithm's own advantages() on the same " +
-    "episodes. GRPO: the episode's advantage on every turn; GiGPO: episode + step (anchor state) advantage; " +
-    "PPO and REINFORCE++: per-token advantages summed over the turn. Green pushes the turn up, red down."}));
-  const sets = D.sets.filter((s) => s.episodes.some((e) => e.steps.some((t) => typeof t.credit === "number" || t.credits)));
-  if (!sets.length) { v.append(el("p", {class: "muted", text: "No saved rollouts with credit (train.py --save-rollouts-every N)."})); return; }
-  for (const s of sets) {
-    const algos = [...new Set(s.episodes.flatMap((e) => e.steps.flatMap((t) => Object.keys(t.credits || {}))))];
-    const own = s.episodes.find((e) => e.credit_algo);
-    const t = el("table", {class: "credit-table"}, el("tr", {}, ...["episode", "task", "outcome", "turn", "action"].map((h) => el("th", {text: h})),
-      own ? el("th", {text: "run: " + creditLabel(own.credit_algo)}) : null, ...algos.map((a) => el("th", {text: creditLabel(a)}))));
-    for (const e of s.episodes) e.steps.forEach((x, k) => {
-      t.append(el("tr", {}, el("td", {}, el("a", {href: "#episode-" + e.id, text: String(e.id)})), el("td", {text: e.task}),
-        el("td", {class: e.success ? "ok" : "bad", text: fmt(e.reward)}), el("td", {text: k + 1}), el("td", {}, el("code", {text: x.action})),
-        own ? creditChip("", x.credit, creditScale[s.name + "\u0000run"], "td") : null,
-        ...algos.map((a) => creditChip("", (x.credits || {})[a], creditScale[s.name + "\u0000" + a], "td"))));
-    });
-    v.append(el("h3", {text: s.name}), t);
-  }
-}
-
-// ---- routing: #overview, #episodes, #episode-N, #compare, #training, #credit ----
-function route() {
-  const h = location.hash.slice(1) || (EPS.length ? "overview" : D.training.length ? "training" : "overview");
-  const views = ["overview", "episodes", "episode", "compare", "training", "credit"];
-  const m = /^episode-(\d+)$/.exec(h), cur = m ? "episode" : views.includes(h) ? h : "overview";
-  for (const x of views) $(x + "-view").hidden = x !== cur;
-  if (m) renderEpisode(+m[1]);
-  window.scrollTo(0, 0);
-}
-
-$("title").textContent = "AgentGym-RL report \u00b7 " + D.title;
-document.title = "Report: " + D.title;
-showProblems();
-showAlarms();
-renderOverview();
-initTable();
-renderCompare();
-renderTraining();
-renderCredit();
-window.addEventListener("hashchange", route);
-route();
-"""
 
 
 if __name__ == "__main__":

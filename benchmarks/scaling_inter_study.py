@@ -83,7 +83,7 @@ def run_one(args, name: str, seed: int) -> str:
             minibatch_size=args.tasks_per_step * args.group_size,
             eval_episodes=args.eval_episodes,
             eval_every=args.eval_every,
-            eval_max_turns=args.long,
+            eval_horizon=args.long,
             save_every=args.steps,
             out=out,
             **schedule_config(name, args.short, args.mid, args.long, args.steps, args.window),

@@ -373,7 +373,7 @@ def test_training_run_with_saved_rollouts_has_curves_samples_and_before_after(br
     assert "3 shared tasks" in page.inner_text("#cmp-counts")
     page.evaluate("location.hash = '#episodes'")
     assert page.inner_text("#count") == "14 of 14 episodes"
-    # every turn of the saved rollouts shows the credit the update gave it (machinery/signals.py)
+    # every turn of the saved rollouts shows the credit the update gave it (credit.py)
     turns = sum(
         r["turns"]
         for step in (1, 2)
@@ -394,15 +394,15 @@ def signals_run(folder):
     """A GRPO run of 4 steps: a no-signal alarm at steps 2-4 and a non-finite step 3 (its loss NaN);
     step 2's rollouts saved with the credit the update gave each turn."""
     import grpo
+    from credit import turn_credit
     from eval import write_trajectories
-    from machinery import signals
     from tests.test_signals import credit_batch
     from train import Config
 
     os.makedirs(folder / "rollouts")
     trajs, batch = credit_batch(False)
     grpo.advantages(batch, Config())
-    for t, c in zip(trajs, signals.turn_credit(batch, "grpo")):
+    for t, c in zip(trajs, turn_credit(batch, "grpo", grpo.GRPO)):
         t.credit = c
     write_trajectories(str(folder / "rollouts" / "step_000002.jsonl"), trajs, step=2)
     with open(folder / "metrics.jsonl", "w") as f:
@@ -435,7 +435,6 @@ def test_alarms_are_banners_pointing_at_their_steps_and_credit_is_the_algorithms
     import gigpo
     import grpo
     import ppo
-    from machinery import signals
 
     run = tmp_path / "run"
     trajs, batch = signals_run(run)
@@ -479,8 +478,36 @@ def test_alarms_are_banners_pointing_at_their_steps_and_credit_is_the_algorithms
     assert chips.count() == 2 * 4 and "rgba(198, 40, 40" in chips.first.evaluate(
         "e => getComputedStyle(e).backgroundColor"
     )
-    assert signals.TOKEN_LEVEL == ("ppo", "reinforce_pp")  # the page's CREDIT_TOKEN_LEVEL says the same
     page.screenshot(path=str(tmp_path / "credit.png"), full_page=True)
+    assert page.errors == [] and page.requests == []
+
+
+def test_a_credit_summed_over_tokens_is_labelled_so_as_the_data_says(browser, tmp_path):
+    """The mark "(sum over the turn's tokens)" follows each --credit algorithm's `token_level` and
+    the saved records' `credit.token_level`: the page knows no algorithm by name."""
+    from algos import ALGOS
+
+    run = tmp_path / "run"
+    signals_run(run)
+    saved = run / "rollouts" / "step_000002.jsonl"
+    records = [json.loads(x) for x in open(saved)]
+    for r in records:  # the run's own credit, from a token-level algorithm the page has never seen
+        r["credit"].update(algo="my_algo", token_level=True)
+    saved.write_text("\n".join(map(json.dumps, records)) + "\n")
+    out = view.main([str(run), "--credit", ",".join(ALGOS), "--out", str(tmp_path / "r.html")])
+    page = open_page(browser, out)
+    page.evaluate("location.hash = '#credit'")
+    summed = " (sum over the turn's tokens)"
+    label = {name: name + (summed if algo.token_level else "") for name, algo in ALGOS.items()}
+    assert {label[n] != n for n in ALGOS} == {True, False}  # both kinds are checked
+    heads = page.locator("#credit-view th").all_inner_texts()
+    assert heads[5:] == ["run: my_algo" + summed] + list(label.values())
+    page.evaluate("location.hash = '#episode-0'")
+    chips = page.locator(".turn .credits").first.locator(".credit")  # the first turn's
+    assert chips.evaluate_all("cs => cs.map((c) => c.title)") == [
+        "credit, my_algo" + summed + ":",
+        *(label[n] + ":" for n in ALGOS),
+    ]
     assert page.errors == [] and page.requests == []
 
 
