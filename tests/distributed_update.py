@@ -20,10 +20,10 @@ from accelerate import Accelerator  # noqa: E402
 from transformers import Qwen2Config, Qwen2ForCausalLM  # noqa: E402
 
 from agent import Trajectory  # noqa: E402
+from algos import ALGOS  # noqa: E402
 from batch import Row, make_batch, token_logprobs  # noqa: E402
 from machinery import dist  # noqa: E402
 from machinery.logprobs import LogprobForward  # noqa: E402
-from algos import ALGOS  # noqa: E402
 from train import Config  # noqa: E402
 from update import reference_logprobs, update  # noqa: E402
 

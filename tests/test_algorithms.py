@@ -20,8 +20,8 @@ from algorithm import (
     k3_kl,
     mask_truncated,
 )
-from batch import Batch
 from algos import ALGOS
+from batch import Batch
 from train import Config, train
 
 O, A = 0, 1  # loss mask: observation/template token, agent token

@@ -9,8 +9,8 @@ import torch
 import gigpo
 import grpo
 from algorithm import returns_to_go
-from batch import Batch
 from algos import ALGOS
+from batch import Batch
 from train import Config
 
 O, A = 0, 1  # loss mask: observation/template token, agent token

@@ -9,9 +9,8 @@ import torch
 from accelerate import Accelerator
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from batch import Batch
 from algos import ALGOS
-from batch import micro_batches
+from batch import Batch, micro_batches
 from train import Config
 from update import accumulate_gradients, pi_old_from_update, reference_logprobs
 

@@ -16,10 +16,11 @@ import grpo
 import ppo
 from agent import Trajectory
 from algorithm import Algorithm
+from algos import ALGOS
 from batch import Row, make_batch, token_logprobs
+from credit import credit_on_episodes, turn_credit
 from eval import write_trajectories
 from machinery import signals
-from algos import ALGOS
 from train import Config
 from update import update
 
@@ -291,9 +292,9 @@ def test_saved_credit_and_the_credit_view_equal_the_algorithms_advantages(tmp_pa
             * batch.loss_mask
         )
     ALGOS[algo].advantages(batch, cfg, None)
-    token_level = algo in signals.TOKEN_LEVEL
+    token_level = ALGOS[algo].token_level
     reduce = sum if token_level else (lambda xs: sum(xs) / len(xs))
-    for t, c in zip(trajs, signals.turn_credit(batch, algo)):
+    for t, c in zip(trajs, turn_credit(batch, algo, ALGOS[algo])):
         t.credit = c
     for n, t in enumerate(trajs):
         assert t.credit["credit"] == pytest.approx(per_turn(batch, n, reduce), abs=1e-6)
@@ -301,7 +302,7 @@ def test_saved_credit_and_the_credit_view_equal_the_algorithms_advantages(tmp_pa
             assert all(max(v) - min(v) < 1e-6 for v in per_turn(batch, n, lambda x: x))
     write_trajectories(str(tmp_path / "step_000001.jsonl"), trajs, step=1)
     records = [json.loads(line) for line in open(tmp_path / "step_000001.jsonl")]
-    again = signals.credit_on_episodes(records, {algo: ALGOS[algo]}, cfg)[algo]
+    again = credit_on_episodes(records, {algo: ALGOS[algo]}, cfg)[algo]
     for n, t in enumerate(trajs):  # the view's numbers, from the saved episodes alone
         assert again[n] == pytest.approx(t.credit["credit"], abs=1e-5)
 
@@ -309,7 +310,7 @@ def test_saved_credit_and_the_credit_view_equal_the_algorithms_advantages(tmp_pa
 def test_credit_on_episodes_is_grpo_episode_level_and_gigpo_step_level():
     trajs, batch = credit_batch(False)
     grpo.advantages(batch, Config())
-    for t, c in zip(trajs, signals.turn_credit(batch, "grpo")):
+    for t, c in zip(trajs, turn_credit(batch, "grpo", grpo.GRPO)):
         t.credit = c
     records = [
         {
@@ -323,7 +324,7 @@ def test_credit_on_episodes_is_grpo_episode_level_and_gigpo_step_level():
         for t in trajs
     ] + [{"task": 7, "group": 9, "reward": 1.0, "turns": 1, "error": "boom"}]
     cfg = Config()
-    out = signals.credit_on_episodes(records, {"grpo": grpo.GRPO, "gigpo": gigpo.GIGPO}, cfg)
+    out = credit_on_episodes(records, {"grpo": grpo.GRPO, "gigpo": gigpo.GIGPO}, cfg)
     a_ep = grpo.group_advantages(
         torch.tensor([t.reward for t in trajs]), torch.tensor([t.group for t in trajs])
     )
@@ -353,7 +354,7 @@ def test_ppo_credit_without_saved_values_is_a_zero_critic():
         }
         for t in trajs
     ]
-    out = signals.credit_on_episodes(records, {"ppo": ppo.PPO}, Config())["ppo"]
+    out = credit_on_episodes(records, {"ppo": ppo.PPO}, Config())["ppo"]
     for n in range(len(trajs)):
         assert out[n] == pytest.approx(per_turn(batch, n, sum), abs=1e-5)
 
