@@ -288,6 +288,30 @@ def _allowed(node: dict) -> list[int]:
     return [k for k in node if k is not None]
 
 
+@dataclass
+class Sampled:
+    """What `generate` has sampled so far, row by row."""
+
+    ids: list[list[int]]  # the sampled ids (a stop token last, once finished)
+    logprobs: list[list[float]]  # their log-probs under the (masked) sampling distribution
+    allowed: list[dict]  # position -> the ids the action mask allowed there (masked sampling)
+    texts: list  # the action a row's trie leaf names (masked sampling); None until it is reached
+    finished: list[bool]
+    nodes: list[dict] | None  # each row's place in its action trie; None: free generation
+
+    @staticmethod
+    def start(n: int, tries: list[dict] | None) -> "Sampled":
+        """n empty replies; under the action mask each at the root of its trie."""
+        return Sampled(
+            ids=[[] for _ in range(n)],
+            logprobs=[[] for _ in range(n)],
+            allowed=[{} for _ in range(n)],
+            texts=[None] * n,
+            finished=[False] * n,
+            nodes=list(tries) if tries is not None else None,
+        )
+
+
 @torch.no_grad()
 def generate(
     policy: Policy,
@@ -313,12 +337,7 @@ def generate(
     B = len(contexts)
     starts = past.n if past is not None else [0] * B
     stops = policy.stop_ids
-    nodes = list(tries) if tries is not None else None
-    out_ids = [[] for _ in range(B)]
-    out_lp = [[] for _ in range(B)]
-    allowed = [{} for _ in range(B)]
-    texts = [None] * B
-    finished = [False] * B
+    out = Sampled.start(B, tries)
     with timed(timings, "prefill"):
         logits, state = prefill(
             model, [c[s:] for c, s in zip(contexts, starts)], starts, past, tok.pad_token_id, device
@@ -330,43 +349,66 @@ def generate(
             with timed(timings, "decode"):
                 logits = decode(nxt, was_live)
         logits = logits.float() / (policy.temperature or 1.0)  # (B, V)
-        if nodes is not None:
+        if out.nodes is not None:
             with timed(timings, "mask"):
-                oks = [_allowed(nodes[i]) if not finished[i] else [] for i in range(B)]
-                rows = torch.tensor([i for i, ok in enumerate(oks) for _ in ok], dtype=torch.long)
-                cols = torch.tensor([k for ok in oks for k in ok], dtype=torch.long)
-                keep = torch.full_like(logits, float("-inf"))
-                keep[rows.to(device), cols.to(device)] = 0.0
-                for i, ok in enumerate(oks):
-                    if not finished[i]:
-                        allowed[i][t] = ok
-                logits = logits + keep
-                logits[torch.tensor(finished, device=device)] = 0.0  # finished rows: anything, ignored
-        logp = F.log_softmax(logits, dim=-1)
-        nxt = (
-            logp.argmax(-1) if policy.temperature == 0 else torch.multinomial(logp.exp(), 1).squeeze(-1)
-        )  # (B,)
-        picked = logp.gather(-1, nxt.unsqueeze(-1)).squeeze(-1).tolist()
-        was_live = [0 if f else 1 for f in finished]
-        for i, tid in enumerate(nxt.tolist()):
-            if finished[i]:
-                continue
-            out_ids[i].append(tid)
-            out_lp[i].append(picked[i])
-            if nodes is not None:
-                nodes[i] = nodes[i][tid]
-                if None in nodes[i]:
-                    texts[i] = nodes[i][None]
-            if tid in stops or (nodes is not None and None in nodes[i]):
-                finished[i] = True
-        if all(finished):
+                logits = _mask_to_actions(logits, out, t, device)
+        nxt, picked = _sample(logits, policy.temperature)
+        was_live = [0 if f else 1 for f in out.finished]
+        _append(out, nxt.tolist(), picked, stops)
+        if all(out.finished):
             break
     state = decode.close()
-    for i in range(B):
-        if texts[i] is None:
-            body = [x for x in out_ids[i] if x not in stops]
-            texts[i] = tok.decode(body, skip_special_tokens=True).strip()
-    return out_ids, out_lp, allowed, texts, state
+    return out.ids, out.logprobs, out.allowed, _texts(out, tok, stops), state
+
+
+def _mask_to_actions(logits: torch.Tensor, out: Sampled, t: int, device) -> torch.Tensor:
+    """`logits` (B, V) with -inf on every token a live row's action trie does not allow next; each
+    live row's allowed ids recorded at reply position t (the update masks its log-probs the same way)."""
+    oks = [_allowed(node) if not done else [] for node, done in zip(out.nodes, out.finished)]
+    rows = torch.tensor([i for i, ok in enumerate(oks) for _ in ok], dtype=torch.long)
+    cols = torch.tensor([k for ok in oks for k in ok], dtype=torch.long)
+    keep = torch.full_like(logits, float("-inf"))
+    keep[rows.to(device), cols.to(device)] = 0.0
+    for i, ok in enumerate(oks):
+        if not out.finished[i]:
+            out.allowed[i][t] = ok
+    logits = logits + keep
+    logits[torch.tensor(out.finished, device=device)] = 0.0  # finished rows: anything, ignored
+    return logits
+
+
+def _sample(logits: torch.Tensor, temperature: float) -> tuple[torch.Tensor, list[float]]:
+    """One token per row from softmax(logits) (the most likely at temperature 0), and its log-prob."""
+    logp = F.log_softmax(logits, dim=-1)  # (B, V)
+    nxt = logp.argmax(-1) if temperature == 0 else torch.multinomial(logp.exp(), 1).squeeze(-1)  # (B,)
+    return nxt, logp.gather(-1, nxt.unsqueeze(-1)).squeeze(-1).tolist()
+
+
+def _texts(out: Sampled, tokenizer, stops: set[int]) -> list[str]:
+    """Each reply as text: the action its trie leaf names (masked sampling), else its ids decoded
+    without the stop tokens."""
+    texts = []
+    for text, ids in zip(out.texts, out.ids):
+        if text is None:
+            text = tokenizer.decode([x for x in ids if x not in stops], skip_special_tokens=True).strip()
+        texts.append(text)
+    return texts
+
+
+def _append(out: Sampled, tokens: list[int], logprobs: list[float], stops: set[int]) -> None:
+    """Each live row's sampled token and its log-prob added to its reply; a row finishes on a stop
+    token or, under the action mask, at a trie leaf (then its text is that leaf's action)."""
+    for i, tid in enumerate(tokens):
+        if out.finished[i]:
+            continue
+        out.ids[i].append(tid)
+        out.logprobs[i].append(logprobs[i])
+        if out.nodes is not None:
+            out.nodes[i] = out.nodes[i][tid]
+            if None in out.nodes[i]:
+                out.texts[i] = out.nodes[i][None]
+        if tid in stops or (out.nodes is not None and None in out.nodes[i]):
+            out.finished[i] = True
 
 
 # ---------------------------------------------------------------------------------------------

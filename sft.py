@@ -3,7 +3,7 @@
     python sft.py --model smollm2 --env babyai --data runs/experts/babyai/trajectories.jsonl \
         --demos 100 --out runs/sft_babyai                 # writes runs/sft_babyai/checkpoint
     python eval.py --model runs/sft_babyai/checkpoint --env babyai --mask-actions off --context-turns 0
-    python train.py --model runs/sft_babyai/checkpoint --env babyai ...   # RL on top (issue 27)
+    python train.py --model runs/sft_babyai/checkpoint --env babyai ...   # RL on top
     python sft.py --env babyai --valid runs/eval/trajectories.jsonl        # share of valid-action replies
     python sft.py --env babyai --relabel runs/eval/trajectories.jsonl --out runs/dagger   # DAgger's labels
 
@@ -21,9 +21,9 @@ maximises their likelihood:
                    instruction, context window and glue tokens as a rollout) with the demonstration's
                    reply in place of a sampled one: `batch.Row`s whose loss mask is 1 exactly on each
                    reply and its end-of-turn token (tests/test_sft.py decodes the masked spans).
-    sft            `batch.make_batch` + train.py's micro-batched gradient accumulation
-                   (`train.accumulate_gradients`, the same `LogprobForward` and log-prob machinery
-                   as the RL update) with the loss below as its algorithm; LoRA (machinery/lora.py)
+    sft            `batch.make_batch` + the RL update's micro-batched gradient accumulation
+                   (`update.accumulate_gradients`, the same `LogprobForward` and log-prob machinery
+                   as train.py's) with the loss below as its algorithm; LoRA (machinery/lora.py)
                    or all weights. Writes <out>/checkpoint (a plain Hugging Face folder that
                    `train.py --model` and `eval.py --model` load like any other), <out>/metrics.jsonl
                    and <out>/loss.png.
@@ -48,7 +48,6 @@ import glob
 import json
 import math
 import os
-import random
 import shutil
 import time
 from dataclasses import dataclass
@@ -63,17 +62,20 @@ from algorithm import Algorithm, masked_mean
 from batch import Row, make_batch
 from config import AgentConfig, flag, load_agent, parse, resolve_device, resolve_precision, set_threads
 from envs import ENVS, EnvSpec, close_pool, open_pool
-from machinery import dist, lora
+from machinery import dist, lora, signals
 from machinery.logprobs import LogprobForward
+from machinery.rng import seed_everything
+from update import UpdateConfig, accumulate_gradients
 
 SFT_LR = 1e-5
 """A real model's learning rate (AgentGym's bc_trainer: 1e-5 for 7B); the tiny policy's is tiny.LR."""
 
 
 @dataclass
-class Config(AgentConfig):
+class Config(AgentConfig, UpdateConfig):
     """Every knob of a behaviour-cloning run: the agent's (config.AgentConfig; its settings decide
-    the token layout, e.g. --context-turns 0: whole conversations) and the training's."""
+    the token layout, e.g. --context-turns 0: whole conversations), the update's (update.UpdateConfig:
+    learning rate, clipping, micro-batches, precision, LoRA) and the cloning's, below."""
 
     data: str = ""
     """demonstrations, files or globs, comma-separated: eval.py's trajectories.jsonl or AgentTraj"""
@@ -85,24 +87,8 @@ class Config(AgentConfig):
     """passes over the demonstrations"""
     batch_size: int = flag(8, at_least=1)
     """demonstrations per optimizer step"""
-    lr: float = flag(0.0, at_least=0.0)
-    """learning rate; 0: tiny.LR (5e-4) for tiny, 1e-5 for real models"""
-    max_grad_norm: float = flag(1.0, above=0.0)
-    """gradient clipping"""
     max_tokens: int = flag(4096, at_least=0)
     """cut a token row after this many tokens (whole conversation: one row per demonstration); 0: never"""
-    micro_batch_size: int = flag(0, at_least=0)
-    """rows per forward/backward at most (train.py's); 0: no row limit"""
-    micro_batch_tokens: int = flag(4096, at_least=0)
-    """padded tokens per forward/backward at most (train.py's micro_batches); 0: no limit"""
-    gradient_checkpointing: bool = False
-    """recompute each layer's activations in backward (less memory, ~1/3 more compute)"""
-    mixed_precision: str = flag("auto", choices=("auto", "no", "fp16", "bf16"))
-    """Accelerate mixed precision: no, fp16, bf16; auto: train.py's (config.resolve_precision)"""
-    lora_rank: int = flag(0, at_least=0)
-    """train rank-R LoRA adapters (machinery/lora.py) instead of all weights; 0: off"""
-    lora_alpha: float = flag(0.0, at_least=0.0)
-    """LoRA scale alpha; 0: 2 * rank"""
     merge_lora: bool = True
     """save LoRA merged into full weights (train.py's KL reference: the SFT model); off: the adapters alone"""
     out: str = "runs/sft"
@@ -321,19 +307,14 @@ def sft_loss(logp: torch.Tensor, entropy, mb, cfg, state=None):
 
 
 SFT = Algorithm(advantages=lambda batch, cfg, state: None, loss=sft_loss)
-"""Behaviour cloning as train.py's `Algorithm`: no advantage, the NLL as the loss."""
+"""Behaviour cloning as an `algorithm.Algorithm` the update runs: no advantage, the NLL as the loss."""
 
 
 def sft(cfg: Config) -> dict:
     """Train on the demonstrations; returns the summary (also <out>/summary.json)."""
     from accelerate import Accelerator
 
-    # the RL update's own machinery (imported here: train.py imports the whole loop)
-    from train import accumulate_gradients, seed_everything
-
-    random.seed(cfg.seed)
     seed_everything(cfg.seed)
-    spec = ENVS[cfg.env]
     device = resolve_device(cfg.device)
     set_threads(cfg, device)
     cfg.mixed_precision = resolve_precision(cfg.mixed_precision, cfg.model, device)
@@ -342,21 +323,52 @@ def sft(cfg: Config) -> dict:
     if cfg.batch_size < dist.world():
         raise ValueError(f"--batch-size {cfg.batch_size} < {dist.world()} processes: some would have nothing")
     policy = trainable_policy(cfg, accelerator.device)
+    items = training_items(cfg, policy)
+    lr = cfg.lr or (tiny.LR if policy.is_tiny else SFT_LR)
+    optimizer = torch.optim.AdamW([p for p in policy.model.parameters() if p.requires_grad], lr=lr)
+    forward, optimizer = accelerator.prepare(LogprobForward(policy.model), optimizer)
+    os.makedirs(cfg.out, exist_ok=True)
+    metrics_path = os.path.join(cfg.out, "metrics.jsonl")
+    if main and os.path.exists(metrics_path):  # a previous run's, in the same folder
+        os.remove(metrics_path)
+    t0 = time.time()
+    last = train_epochs(cfg, policy, items, forward, optimizer, accelerator, metrics_path)
+    summary = {
+        "config": dataclasses.asdict(cfg),
+        "demonstrations": len(items),
+        "agent_tokens": sum(sum(r.mask) for t in items for r in t.rows),
+        "steps": last["step"],
+        "lr": lr,
+        "seconds": time.time() - t0,
+        "final_loss": last["losses/loss"],
+    }
+    if main:
+        write_results(cfg, policy, summary, metrics_path)
+    dist.barrier()
+    return summary
+
+
+def training_items(cfg: Config, policy: Policy) -> list[Trajectory]:
+    """The demonstrations of --data (the first --demos of them) as the rollout's token rows
+    (`demo_items`); none with a reply to train on is an error."""
+    spec = ENVS[cfg.env]
     demos = load_demos(cfg.data, spec.parse_action, cfg.only_success)
     demos = demos[: cfg.demos] if cfg.demos else demos
     items = demo_items(policy, spec, demos, cfg.max_tokens)
     if not items:
         raise SystemExit(f"no demonstrations with a reply in {cfg.data!r}")
-    lr = cfg.lr or (tiny.LR if policy.is_tiny else SFT_LR)
-    optimizer = torch.optim.AdamW([p for p in policy.model.parameters() if p.requires_grad], lr=lr)
-    forward, optimizer = accelerator.prepare(LogprobForward(policy.model), optimizer)
+    return items
+
+
+def train_epochs(
+    cfg: Config, policy: Policy, items: list[Trajectory], forward, optimizer, accelerator, metrics_path
+):
+    """--epochs passes over the demonstrations, each in a fresh order, --batch-size of them per
+    optimizer step (each process trains its share); each step's metrics are appended to
+    `metrics_path` by the main process. Returns the last step's metrics."""
     run = dataclasses.replace(cfg, temperature=1.0)  # the log-probs of the model's own distribution
-    os.makedirs(cfg.out, exist_ok=True)
-    metrics_path = os.path.join(cfg.out, "metrics.jsonl")
-    if main and os.path.exists(metrics_path):
-        os.remove(metrics_path)
+    main = accelerator.is_main_process
     per_epoch = math.ceil(len(items) / cfg.batch_size)
-    tokens = sum(sum(r.mask) for t in items for r in t.rows)
     t0, step = time.time(), 0
     bar = tqdm(
         total=cfg.epochs * per_epoch, desc=f"sft on {len(items)} {cfg.env} demonstrations", disable=not main
@@ -367,17 +379,13 @@ def sft(cfg: Config) -> dict:
             step += 1
             mine = dist.shard([items[i] for i in order[s : s + cfg.batch_size]])  # this process's share
             batch = make_batch(mine, policy.tokenizer.pad_token_id)
-            policy.model.train()
-            optimizer.zero_grad()
-            st = accumulate_gradients(forward, batch, SFT, run, None, accelerator)
-            grad_norm = accelerator.clip_grad_norm_(policy.model.parameters(), cfg.max_grad_norm)
-            optimizer.step()
+            st, grad_norm = sft_step(run, policy, forward, optimizer, accelerator, batch)
             m = {
                 "step": step,
                 "epoch": step / per_epoch,
                 "losses/loss": st["losses/loss"],
                 "losses/entropy": st.get("losses/entropy", float("nan")),
-                "losses/grad_norm": float(grad_norm),
+                "losses/grad_norm": grad_norm,
                 "charts/seconds": time.time() - t0,
             }
             if main:
@@ -387,19 +395,19 @@ def sft(cfg: Config) -> dict:
             bar.set_postfix(loss=f"{m['losses/loss']:.3f}")
     bar.close()
     optimizer.zero_grad(set_to_none=True)
-    summary = {
-        "config": dataclasses.asdict(cfg),
-        "demonstrations": len(items),
-        "agent_tokens": tokens,
-        "steps": step,
-        "lr": lr,
-        "seconds": time.time() - t0,
-        "final_loss": m["losses/loss"],
-    }
-    if main:
-        write_results(cfg, policy, summary, metrics_path)
-    dist.barrier()
-    return summary
+    return m
+
+
+def sft_step(run: Config, policy: Policy, forward, optimizer, accelerator, batch) -> tuple[dict, float]:
+    """One optimizer step on a batch of demonstration rows: L_SFT's gradients accumulated micro-batch
+    by micro-batch (`update.accumulate_gradients`), clipped to --max-grad-norm. Returns the loss's
+    statistics and the gradient norm before clipping."""
+    policy.model.train()
+    optimizer.zero_grad()
+    stats = accumulate_gradients(forward, batch, SFT, run, None, accelerator)
+    grad_norm = accelerator.clip_grad_norm_(policy.model.parameters(), run.max_grad_norm)
+    optimizer.step()
+    return stats, float(grad_norm)
 
 
 def trainable_policy(cfg: Config, device) -> Policy:
@@ -471,27 +479,17 @@ def plot_loss(metrics_path: str, png: str) -> None:
 # The format, measured: does a reply hold an action the environment can carry out?
 # ---------------------------------------------------------------------------------------------
 
-# What each server here answers to a reply whose action it did not carry out (servers/<env>.py):
-# no action in it, or one the environment cannot do (TextCraft: an unknown item, missing ingredients,
-# ingredients no recipe uses, the wrong amounts of them).
-INVALID = {
-    "babyai": ("is not an available action",),
-    "textcraft": ("Could not ", "Wrong quantities", "Wrong ingredients"),
-    "sciworld": ("No known action matches that input",),
-    "searchqa": ("Your reply holds no complete tag",),
-    "webarena": ("Invalid action:",),
-}
 
-
-def valid_replies(records: list[dict], env: str) -> tuple[int, int]:
+def valid_replies(records: list[dict]) -> tuple[int, int]:
     """(replies whose action the environment carried out, replies) over eval.py trajectory records:
-    reply k is invalid when the observation that answers it (observations[k + 1]) holds one of the
-    server's messages for an action it did not carry out."""
+    reply k is invalid when the observation that answers it (observations[k + 1]) is the server's
+    message for an action it did not carry out (`signals.refused`: no action in the reply, or one the
+    environment cannot do, such as TextCraft's unknown item or wrong ingredients)."""
     ok = n = 0
     for rec in records:
         for answer in rec["observations"][1 : len(rec["actions"]) + 1]:
             n += 1
-            ok += not any(marker in answer for marker in INVALID[env])
+            ok += not signals.refused(answer)
     return ok, n
 
 
@@ -566,7 +564,7 @@ def main(argv=None):
         return len(demos)
     if cfg.valid:
         records = [r for p in cfg.valid.split(",") for r in read_records(p)]
-        ok, n = valid_replies(records, cfg.env)
+        ok, n = valid_replies(records)
         success = float(np.mean([bool(r["success"]) for r in records])) if records else 0.0
         print(
             json.dumps(

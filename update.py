@@ -229,6 +229,7 @@ def update(forward, batch, n_trajs: int, algo, cfg, state, accelerator, trained,
                     skipped += 1
             top = st.pop("max_log_ratio")
             first = first or (st["losses/abs_log_ratio"], top)
+            st["losses/grad_norm"] = norms[0]  # the policy's, before clipping
             for k, v in st.items():
                 stats.setdefault(k, []).append(v)
     for _, opt in trained:  # free the gradients before the next rollout

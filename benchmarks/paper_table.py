@@ -191,7 +191,7 @@ def mean_se(xs: list[float]) -> str:
 def valid_share(path: str, env: str) -> tuple[int, int]:
     from sft import read_records, valid_replies
 
-    return valid_replies(read_records(path), env) if os.path.exists(path) else (0, 0)
+    return valid_replies(read_records(path)) if os.path.exists(path) else (0, 0)
 
 
 def row(env: str, root: str) -> dict | None:

@@ -122,13 +122,57 @@ def load_run(out: str) -> dict:
     rows = [json.loads(x) for x in open(os.path.join(out, "metrics.jsonl"))]
     summary = json.load(open(os.path.join(out, "summary.json")))
     sweep = json.load(open(os.path.join(out, "sweep", "sweep.json")))["sweep"]
+    final = os.path.join(out, "eval_after", "trajectories.jsonl")
+    per_task: dict = {}  # held-out task -> its episodes' successes at the end of training
+    for rec in map(json.loads, open(final)) if os.path.exists(final) else []:
+        if not rec.get("error"):
+            per_task.setdefault(rec["task"], []).append(float(rec["success"]))
     # held-out success vs step: step 0 is eval_before, then every eval_every steps, the last eval_after
     held = (
         [(0, summary["eval_before"]["success_rate"])]
         + [(r["step"], r["eval/success"]) for r in rows if "eval/success" in r]
         + [(rows[-1]["step"], summary["eval_after"]["success_rate"])]
     )
-    return {"rows": rows, "summary": summary, "sweep": sweep, "held": held}
+    tasks = {t: statistics.mean(v) for t, v in per_task.items()}
+    return {"rows": rows, "summary": summary, "sweep": sweep, "held": held, "tasks": tasks}
+
+
+def paired(a: list[dict], b: list[dict]) -> tuple[float, float, int] | None:
+    """Schedule a minus schedule b in final held-out success, paired over tasks: per held-out task,
+    each schedule's success averaged over its seeds, then the mean of the per-task differences and
+    its standard error (sample std / sqrt(tasks)). Pairing removes the tasks' own difficulty,
+    which dominates the noise of an unpaired comparison."""
+    common = set.intersection(*[set(run["tasks"]) for run in a + b]) if a and b else set()
+    if len(common) < 2:
+        return None
+    d = [
+        statistics.mean(run["tasks"][t] for run in a) - statistics.mean(run["tasks"][t] for run in b)
+        for t in sorted(common)
+    ]
+    return statistics.mean(d), statistics.stdev(d) / math.sqrt(len(d)), len(d)
+
+
+def paired_table(runs: dict) -> list[str]:
+    """Every pair of schedules: the paired difference (row minus column) in final held-out success."""
+    names = list(runs)
+    lines = [
+        "",
+        "Final held-out success, row minus column, paired over the held-out tasks (each task's success "
+        "averaged over the seeds; ± its standard error over tasks; ** beyond 2 standard errors):",
+        "",
+        "| | " + " | ".join(names) + " |",
+        "|---" * (len(names) + 1) + "|",
+    ]
+    for a in names:
+        cells = []
+        for b in names:
+            p = paired(runs[a], runs[b]) if a != b else None
+            mark = "**" if p and abs(p[0]) > 2 * p[1] else ""
+            cells.append("-" if p is None else f"{mark}{100 * p[0]:+.1f} ± {100 * p[1]:.1f}{mark}")
+        lines.append(f"| {a} | " + " | ".join(cells) + " |")
+    n_tasks = {len(run["tasks"]) for rs in runs.values() for run in rs}
+    lines.append(f"\n(points; {', '.join(map(str, sorted(n_tasks)))} held-out tasks per run)")
+    return lines
 
 
 def report(args, schedules: list[str], seeds: list[int]):
@@ -179,7 +223,7 @@ def report(args, schedules: list[str], seeds: list[int]):
             + " | ".join(f"{r['success_rate']:.3f}" for r in start)
             + " |"
         )
-    table = "\n".join(lines) + "\n"
+    table = "\n".join(lines + paired_table(runs)) + "\n"
     print(table)
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(table)
@@ -211,27 +255,33 @@ def plot(args, runs: dict):
         (line,) = ax.plot(xs, m, label=label)
         ax.fill_between(xs, m - se, m + se, alpha=0.2, color=line.get_color())
 
-    fig, axes = plt.subplots(1, 4, figsize=(17, 3.8))
     smooth = max(1, args.steps // 10)
+    panels = [  # the mechanisms: does short plateau, does long start slower or less stably?
+        ("charts/success", f"training success (running mean of {smooth})", (0, 1)),
+        ("charts/turns", "turns per episode (training)", None),
+        ("charts/cut_share", "share of episodes cut by the horizon", (0, 1)),
+        ("signals/flat_groups", "groups with all-equal rewards", (0, 1)),
+        ("signals/adv_std", "advantage spread (std over agent tokens)", None),
+        ("losses/grad_norm", "gradient norm (before clipping)", None),
+        ("losses/kl", "KL to the reference", None),
+        ("losses/entropy", "entropy", None),
+    ]
+    fig, axes = plt.subplots(3, 3, figsize=(15, 10))
+    axes = axes.ravel()
     for s, rs in runs.items():
         n = min(len(run["held"]) for run in rs)
         band(axes[0], [x for x, _ in rs[0]["held"][:n]], [[v for _, v in run["held"][:n]] for run in rs], s)
         steps = [r["step"] for r in rs[0]["rows"]]
-        for ax, key in zip(axes[1:], ["charts/success", "charts/turns", "charts/cut_share"]):
-            band(ax, steps, [[r[key] for r in run["rows"]] for run in rs], s, smooth)
-    titles = [
-        f"held-out success (max turns {args.long})",
-        f"training success (running mean of {smooth})",
-        "turns per episode (training)",
-        "share of episodes cut by the horizon",
-    ]
-    for ax, t in zip(axes, titles):
+        for ax, (key, _, _) in zip(axes[1:], panels):
+            if all(key in r for run in rs for r in run["rows"]):
+                band(ax, steps, [[r[key] for r in run["rows"]] for run in rs], s, smooth)
+    titles = [(f"held-out success (max turns {args.long})", (0, 1))] + [(t, lim) for _, t, lim in panels]
+    for ax, (t, lim) in zip(axes, titles):
         ax.set_title(t, fontsize=10)
         ax.set_xlabel("training step")
         ax.grid(alpha=0.3)
-    axes[0].set_ylim(0, 1)
-    axes[1].set_ylim(0, 1)
-    axes[3].set_ylim(0, 1)
+        if lim:
+            ax.set_ylim(*lim)
     axes[0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(os.path.join(args.out, "curves.png"), dpi=80)

@@ -348,7 +348,7 @@ def test_valid_replies_counts_the_servers_invalid_answers():
         },
         {"actions": ["x"], "success": True, "observations": ["o0", "done"]},
     ]
-    assert sft.valid_replies(recs, "babyai") == (3, 4)
+    assert sft.valid_replies(recs) == (3, 4)
     crafts = [
         {
             "actions": ["get 1 oak log", "get 1 dragon", "fly", "craft 1 x using 2 y"],
@@ -362,7 +362,7 @@ def test_valid_replies_counts_the_servers_invalid_answers():
             ],
         }
     ]
-    assert sft.valid_replies(crafts, "textcraft") == (1, 4)
+    assert sft.valid_replies(crafts) == (1, 4)
 
 
 # --- DAgger: the expert's labels on the policy's own states -----------------------------------------

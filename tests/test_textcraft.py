@@ -124,7 +124,7 @@ def test_wrong_ingredient_amounts_and_missing_ingredients_are_refused_with_a_mes
     says("dance", "Could not execute")
     says("craft 4 stick using two planks", "Could not read the ingredients")
     # every one of these answers is an action not carried out: sft.valid_replies counts none valid
-    assert sft.valid_replies([refused], "textcraft") == (0, len(refused["actions"]))
+    assert sft.valid_replies([refused]) == (0, len(refused["actions"]))
     assert says("inventory", "Inventory") == "Inventory: You are not carrying anything."
 
 
