@@ -174,8 +174,9 @@ BABYAI_DEMO_LEVELS = [2, 4, 5]
 # 11% of the time within 1 turn, 20% within 2, 28% within 3, 34% within 4, 48% within 8 and 64%
 # within 16 (benchmarks/horizon_random.py).
 BABYAI_HORIZON_LEVELS = [10, 11, 14]
-# A mission-heavy set (issue 18): GoToLocalS8N7 and PickupDistDebug, levels 5 and 20, where the
-# mission names one of several objects (by colour and type, or by one of them).
+# A mission-heavy set (docs/gigpo.md, benchmarks/gigpo_compare.py --split mission): GoToLocalS8N7 and
+# PickupDistDebug, levels 5 and 20, where the mission names one of several objects (by colour and
+# type, or by one of them).
 BABYAI_MISSION_LEVELS = [5, 20]
 
 ENVS: dict[str, EnvSpec] = {

@@ -4,7 +4,7 @@
     python benchmarks/decode_step.py --profile 1            # ... and each way's top operators
     python benchmarks/decode_step.py --rows 64 --threads 2
 
-Builds what `agent.generate` decodes from in the issue-29 setting (SmolLM2-135M with rank-16 LoRA
+Builds what `agent.generate` decodes from in real_model_profile.py's setting (SmolLM2-135M with rank-16 LoRA
 adapters, 16 streams, a ~760-column cache), then times `--steps` decode steps the way
 `agent.generate` runs them, for each way the rollout can decode (`kv_cache.Decoder`,
 `agent.generation_model`), interleaved, so that a shared machine's load falls on all alike. Prints

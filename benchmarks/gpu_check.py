@@ -1,4 +1,4 @@
-"""The first GPU's checks, one table: what issue 25 found unproven on the GPU path, measured.
+"""The first GPU's checks, one table: what the CPU cannot prove about the GPU path, measured.
 
     python benchmarks/gpu_check.py              # on the GPU (what benchmarks/gpu_check.sh runs)
     python benchmarks/gpu_check.py --cpu        # the same checks, small, on this CPU (GPU_CHECK_CPU=1)

@@ -15,7 +15,7 @@ from (temperature T, and the action mask when there was one):
 
 Why not just `model(...).logits`? That is a (B, T, V) float tensor: with Qwen2.5's vocabulary
 (V = 151,936), a minibatch of 8 trajectories of 8,192 tokens is 40 GB per copy, and a log-softmax,
-its exp and the entropy's product each add one (issue 12). Here instead:
+its exp and the entropy's product each add one. Here instead:
 
     1. the transformer runs once:               h = decoder(x)              (B, T, H)
     2. keep the positions that predict an agent token: h[b, t-1]            (N, H), N agent tokens
