@@ -188,7 +188,7 @@ def mean_se(xs: list[float]) -> str:
     return f"{statistics.mean(xs):.1f} ± {statistics.stdev(xs) / math.sqrt(len(xs)):.1f}"
 
 
-def valid_share(path: str, env: str) -> tuple[int, int]:
+def valid_share(path: str) -> tuple[int, int]:
     from sft import read_records, valid_replies
 
     return valid_replies(read_records(path)) if os.path.exists(path) else (0, 0)
@@ -206,7 +206,7 @@ def row(env: str, root: str) -> dict | None:
     metric = "avg_reward" if env == "sciworld" else "success_rate"
     valid = {}
     for when in ("eval_before", "eval_after"):
-        counts = [valid_share(os.path.join(d, n, when, "trajectories.jsonl"), env) for n in runs]
+        counts = [valid_share(os.path.join(d, n, when, "trajectories.jsonl")) for n in runs]
         valid[when] = (sum(c[0] for c in counts), sum(c[1] for c in counts))
 
     def one(sub: str) -> str:
@@ -224,7 +224,7 @@ def row(env: str, root: str) -> dict | None:
         if not os.path.exists(os.path.join(path, "summary.json")):
             return None
         s = json.load(open(os.path.join(path, "summary.json")))
-        return s[metric], s["n_episodes"], valid_share(os.path.join(path, "trajectories.jsonl"), env)
+        return s[metric], s["n_episodes"], valid_share(os.path.join(path, "trajectories.jsonl"))
 
     wides = [wide("sft")] + [wide(n) for n in runs]
     times_path = os.path.join(d, "times.json")

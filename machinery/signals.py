@@ -280,8 +280,8 @@ def describe(name: str, history: list[dict]) -> str:
         if get("signals/identical_replies", 0.0) >= ALIKE:
             numbers += f", {_pct(get('signals/identical_replies'))} of replies identical within groups"
             fix = (
-                "the rollouts of a group are alike: sampling has no spread (--temperature 0 is greedy: "
-                "use a temperature > 0; a collapsed policy: raise --entropy-coef)"
+                "the rollouts of a group are alike: sampling has no spread (a --temperature near 0 is "
+                "near-greedy: raise it; a collapsed policy: raise --entropy-coef)"
             )
         elif failed >= succeeded:
             fix = (
