@@ -421,13 +421,13 @@ def rollout(
     pool: EnvPool,
     spec: EnvSpec,
     tasks: list[int],
-    max_turns: int,
+    horizon: int,
     groups: list[int] | None = None,
     batch_size: int = 256,
     desc: str | None = None,
     timings: dict | None = None,
 ) -> list[Trajectory]:
-    """Run one episode per entry of `tasks` (up to len(pool) at once), at most `max_turns` agent
+    """Run one episode per entry of `tasks` (up to len(pool) at once), at most `horizon` agent
     turns each; all live episodes generate together and step their environments concurrently.
     `desc`: show a progress bar over the chunks of len(pool) episodes, with this label.
     `timings`: add the seconds of each part (env, template, tries, generate, prefill, decode,
@@ -444,7 +444,7 @@ def rollout(
             if groups is not None
             else list(range(start, start + len(chunk)))
         )
-        trajs += _rollout_chunk(policy, pool, spec, chunk, g, max_turns, batch_size, timings, model)
+        trajs += _rollout_chunk(policy, pool, spec, chunk, g, horizon, batch_size, timings, model)
     return trajs
 
 
@@ -509,7 +509,7 @@ class LastTurns:
         return self._rows
 
 
-def _rollout_chunk(policy, pool, spec, tasks, groups, max_turns, batch_size, timings=None, model=None):
+def _rollout_chunk(policy, pool, spec, tasks, groups, horizon, batch_size, timings=None, model=None):
     """One episode per task, all in step: reset; then each turn, every live episode's reply is
     generated, parsed and sent, and what comes back is recorded, until no episode is live."""
     n = len(tasks)
@@ -522,7 +522,7 @@ def _rollout_chunk(policy, pool, spec, tasks, groups, max_turns, batch_size, tim
     info = list(first)
     live = [i for i, (tr, r) in enumerate(zip(trajs, first)) if _begin(tr, r, policy, spec)]
     states: dict = {}  # whole-conversation mode: each generation batch's KV cache across turns
-    for turn in range(max_turns):
+    for turn in range(horizon):
         if not live:
             break
         with timed(timings, "template"):  # chat template + tokenising the new observations
@@ -544,7 +544,7 @@ def _rollout_chunk(policy, pool, spec, tasks, groups, max_turns, batch_size, tim
             info[i] = results[k]
             if not _record(trajs[i], results[k], ids[k], texts[k], actions[k], policy):
                 continue
-            if turn + 1 < max_turns:
+            if turn + 1 < horizon:
                 # After the last allowed turn the observation is not appended: the sequence
                 # ends on the agent's own last token.
                 with timed(timings, "template"):

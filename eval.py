@@ -1,9 +1,9 @@
 """Evaluate an agent: success rate, score, pass@k and turns on a split or explicit task ids.
 
-    python eval.py --model runs/default/checkpoint --split test --n-samples 4 --max-turns 20
+    python eval.py --model runs/default/checkpoint --split test --n-samples 4 --horizon 20
     python eval.py --model tiny --task-ids 0-99 --out runs/eval_tiny
     python eval.py --model Qwen/Qwen2.5-7B-Instruct --env babyai --split all-test --max-new-tokens 512
-    python eval.py --model runs/default/checkpoint --sweep-max-turns 1,2,4,8,16   # success vs max turns
+    python eval.py --model runs/default/checkpoint --sweep-horizons 1,2,4,8,16   # success vs max turns
     python eval.py --env textcraft --expert true --limit 100 --out demos/textcraft  # the expert plays
 
 Flags: `python eval.py --help`; the agent's settings (`--model`, `--temperature`,
@@ -61,9 +61,9 @@ class EvalConfig(AgentConfig):
     """explicit data_idx list/ranges instead of a split, e.g. 0-99,200"""
     n_samples: int = flag(1, at_least=1)
     """samples per task (for pass@k)"""
-    max_turns: int = flag(0, at_least=0)
+    horizon: int = flag(0, at_least=0)
     """turn limit; 0: the env's default horizon"""
-    sweep_max_turns: str = flag("", check=lambda text: check_sweep(text))
+    sweep_horizons: str = flag("", check=lambda text: check_sweep(text))
     """evaluate at each of these turn limits instead (e.g. 1,2,4,8,16): <out>/sweep.json and sweep.png"""
     limit: int = flag(0, at_least=0)
     """use only the first N tasks (0: all)"""
@@ -201,7 +201,7 @@ def evaluate(
     spec: EnvSpec,
     task_ids: list[int],
     n_samples: int = 1,
-    max_turns: int = 20,
+    horizon: int = 20,
     desc: str = "eval",
     batch_size: int = 256,
 ):
@@ -216,7 +216,7 @@ def evaluate(
         pool,
         spec,
         dist.shard(tasks),
-        max_turns,
+        horizon,
         batch_size=batch_size,
         desc=desc if dist.is_main() else None,
     )
@@ -280,7 +280,7 @@ def evaluate_in_training(run, when: str, step: int = 0) -> dict:
     return m
 
 
-def expert_rollout(pool: EnvPool, spec: EnvSpec, tasks: list[int], max_turns: int, desc: str = "expert"):
+def expert_rollout(pool: EnvPool, spec: EnvSpec, tasks: list[int], horizon: int, desc: str = "expert"):
     """Episodes played by the environment's expert (POST /expert), recorded as `agent.rollout`
     records a real model's: the same system prompt and observations, and where the agent's reply
     would be, the expert's thought and action in the environment's reply format (`spec.write_reply`),
@@ -303,7 +303,7 @@ def expert_rollout(pool: EnvPool, spec: EnvSpec, tasks: list[int], max_turns: in
                 tr.error, tr.done = r["error"], True
             else:
                 live.append(i)
-        for _ in range(max_turns):
+        for _ in range(horizon):
             if not live:
                 break
             advice = pool.expert(live)
@@ -352,7 +352,7 @@ def check_task_ids(text: str) -> str | None:
 
 
 def check_sweep(text: str) -> str | None:
-    """--sweep-max-turns: empty, or comma-separated turn limits, each at least 1."""
+    """--sweep-horizons: empty, or comma-separated turn limits, each at least 1."""
     return problem(text, items=int, at_least=1) if text else None
 
 
@@ -387,7 +387,7 @@ def write_trajectories(path: str, trajs, step: int | None = None) -> None:
             f.write(json.dumps(rec) + "\n")
 
 
-def sweep_max_turns(
+def sweep_horizons(
     policy: Policy,
     pool: EnvPool,
     spec: EnvSpec,
@@ -398,13 +398,13 @@ def sweep_max_turns(
 ) -> list[dict]:
     """Test-time interaction scaling (AgentGym-RL's figure of success vs interaction turns): the
     same policy and tasks evaluated at several turn limits. One summary per horizon, with
-    `max_turns` and the share of episodes the limit cut (`cut_share`) added."""
+    `horizon` and the share of episodes the limit cut (`cut_share`) added."""
     rows = []
     for h in horizons:
         summary, trajs = evaluate(
             policy, pool, spec, task_ids, n_samples, h, desc=f"max turns {h}", batch_size=batch_size
         )
-        summary["max_turns"] = h
+        summary["horizon"] = h
         summary["cut_share"] = float(np.mean([not t.done and t.turns >= h for t in trajs])) if trajs else 0.0
         rows.append(summary)
     return rows
@@ -419,7 +419,7 @@ def plot_sweep(sweeps: dict[str, list[dict]], png: str, title: str = "") -> None
 
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for name, rows in sweeps.items():
-        ax.plot([r["max_turns"] for r in rows], [r["success_rate"] for r in rows], marker="o", label=name)
+        ax.plot([r["horizon"] for r in rows], [r["success_rate"] for r in rows], marker="o", label=name)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("max turns at test time")
     ax.set_ylabel("success rate")
@@ -466,25 +466,25 @@ def main(argv=None):
     finally:
         close_pool(pool)
     if not dist.is_main():  # every process has every episode (dist.gather); the main one writes
-        return result if cfg.sweep_max_turns else result[0]
-    if cfg.sweep_max_turns:
+        return result if cfg.sweep_horizons else result[0]
+    if cfg.sweep_horizons:
         return write_sweep(cfg, result, len(tasks))
     return write_evaluation(cfg, *result, len(tasks))
 
 
 def run(cfg: EvalConfig, policy, pool, spec, tasks: list[int], device):
-    """The episodes: (summary, trajectories) of the expert or the policy, or a --sweep-max-turns's rows."""
+    """The episodes: (summary, trajectories) of the expert or the policy, or a --sweep-horizons's rows."""
     if cfg.expert:  # (one process: the expert needs no accelerator)
         samples = [t for t in tasks for _ in range(cfg.n_samples)]
-        trajs = expert_rollout(pool, spec, samples, cfg.max_turns or spec.default_horizon)
+        trajs = expert_rollout(pool, spec, samples, cfg.horizon or spec.default_horizon)
         return summarise(trajs, cfg.n_samples), trajs
     with autocast(cfg.mixed_precision, device):  # generate in the precision the policy trained in
-        if cfg.sweep_max_turns:
-            horizons = [int(h) for h in cfg.sweep_max_turns.split(",")]
-            return sweep_max_turns(
+        if cfg.sweep_horizons:
+            horizons = [int(h) for h in cfg.sweep_horizons.split(",")]
+            return sweep_horizons(
                 policy, pool, spec, tasks, horizons, cfg.n_samples, cfg.generation_batch_size
             )
-        horizon = cfg.max_turns or spec.default_horizon
+        horizon = cfg.horizon or spec.default_horizon
         return evaluate(
             policy, pool, spec, tasks, cfg.n_samples, horizon, batch_size=cfg.generation_batch_size
         )
@@ -501,7 +501,7 @@ def write_sweep(cfg: EvalConfig, rows: list[dict], n_tasks: int) -> list[dict]:
     plot_sweep({cfg.model: rows}, os.path.join(cfg.out, "sweep.png"))
     for r in rows:
         print(
-            f"max turns {r['max_turns']:>3}: success {r['success_rate']:.3f}  turns {r['avg_turns']:.2f}"
+            f"max turns {r['horizon']:>3}: success {r['success_rate']:.3f}  turns {r['avg_turns']:.2f}"
             f"  cut by the limit {r['cut_share']:.3f}"
         )
     return rows

@@ -65,7 +65,7 @@ def load(name: str, env: str, device: str = "cpu") -> Policy:
     return load_policy(path, device=device, tokenizer_class=PreTrainedTokenizerFast, **SETTINGS)
 
 
-def _random_states(env: str, episodes: int, max_turns: int, seed: int):
+def _random_states(env: str, episodes: int, horizon: int, seed: int):
     """(observation, available actions) pairs visited by uniformly random valid actions on the
     train split. Nothing here knows which action is good."""
     from envs import ENVS, close_pool, open_pool
@@ -80,7 +80,7 @@ def _random_states(env: str, episodes: int, max_turns: int, seed: int):
             chunk = tasks[s : s + len(pool)]
             res = pool.reset(list(range(len(chunk))), chunk)
             live = list(range(len(chunk)))
-            for _ in range(max_turns):
+            for _ in range(horizon):
                 live = [i for i in live if not res[i].get("done") and res[i].get("available_actions")]
                 if not live:
                     break
@@ -148,7 +148,7 @@ def build_tiny_policy(
     caller_rng = torch.get_rng_state()  # building here must not change the run that asked for it
     torch.manual_seed(seed)
     rng = random.Random(seed)
-    states = _random_states(env, episodes=episodes, max_turns=6, seed=seed)
+    states = _random_states(env, episodes=episodes, horizon=6, seed=seed)
     tok = tiny_tokenizer([text for obs, acts in states for text in [obs, *acts]])
     cfg = Qwen2Config(
         vocab_size=len(tok),

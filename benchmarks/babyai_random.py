@@ -1,7 +1,7 @@
 """Success of uniformly random valid actions on a BabyAI split: the floor the demo is measured
 against (the tiny policy's warm-up imitates exactly this distribution).
 
-    python benchmarks/babyai_random.py --split test --max-turns 5 --repeats 5 --limit 200
+    python benchmarks/babyai_random.py --split test --horizon 5 --repeats 5 --limit 200
 """
 
 import argparse
@@ -20,7 +20,7 @@ from servers.babyai import BabyAIText  # noqa: E402
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--split", default="test")
-    p.add_argument("--max-turns", type=int, default=5)
+    p.add_argument("--horizon", type=int, default=5)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--limit", type=int, default=200, help="first N tasks (train.py evaluates the first 200)")
     args = p.parse_args()
@@ -30,7 +30,7 @@ def main():
         rng, wins = random.Random(rep), 0
         for t in tasks:
             r = env.reset(t)
-            for _ in range(args.max_turns):
+            for _ in range(args.horizon):
                 r = env.step(rng.choice(r["available_actions"]))
                 if r["done"]:
                     break
@@ -39,7 +39,7 @@ def main():
             by_level[env.reset(t)["category"]].append(won)
         rates.append(wins / len(tasks))
     print(
-        f"random valid actions, {args.split} ({len(tasks)} tasks), {args.max_turns} turns: "
+        f"random valid actions, {args.split} ({len(tasks)} tasks), {args.horizon} turns: "
         f"success {statistics.mean(rates):.3f} +- {statistics.stdev(rates) if len(rates) > 1 else 0:.3f}"
     )
     for level, w in sorted(by_level.items()):

@@ -24,10 +24,10 @@ from envs import ENVS  # noqa: E402
 from servers.babyai import BabyAIText  # noqa: E402
 
 
-def won_at(env: BabyAIText, task: int, max_turns: int, rng: random.Random):
+def won_at(env: BabyAIText, task: int, horizon: int, rng: random.Random):
     """The turn at which a random-valid-action episode succeeded, or None."""
     r = env.reset(task)
-    for turn in range(1, max_turns + 1):
+    for turn in range(1, horizon + 1):
         r = env.step(rng.choice(r["available_actions"]))
         if r["done"]:
             return turn if r["score"] > 0 else None

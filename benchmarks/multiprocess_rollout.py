@@ -1,7 +1,7 @@
 """Rollout episodes per second with 1 and with N processes (`accelerate launch`, machinery/dist.py).
 
     python benchmarks/multiprocess_rollout.py                    # 1 and 2 processes, the tiny policy
-    python benchmarks/multiprocess_rollout.py --processes 1,2,4 --episodes 128 --max-turns 5
+    python benchmarks/multiprocess_rollout.py --processes 1,2,4 --episodes 128 --horizon 5
 
 Each configuration runs in fresh processes started by `accelerate launch --multi_gpu
 --num_processes N` (gloo on a CPU machine): every process loads the policy, starts its own
@@ -21,7 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
-def worker(episodes: int, max_turns: int) -> None:
+def worker(episodes: int, horizon: int) -> None:
     import torch
 
     import tiny
@@ -37,10 +37,10 @@ def worker(episodes: int, max_turns: int) -> None:
     policy = tiny.load("tiny", "babyai")
     pool = open_pool("babyai", size=len(tasks))
     try:
-        rollout(policy, pool, spec, tasks[:8], max_turns)  # warm-up: imports, server, first generate
+        rollout(policy, pool, spec, tasks[:8], horizon)  # warm-up: imports, server, first generate
         dist.barrier()
         t0 = time.time()
-        rollout(policy, pool, spec, tasks, max_turns)
+        rollout(policy, pool, spec, tasks, horizon)
         dist.barrier()
         wall = time.time() - t0
     finally:
@@ -59,14 +59,14 @@ def main():
     p.add_argument(
         "--episodes", type=int, default=64, help="episodes per configuration (all processes together)"
     )
-    p.add_argument("--max-turns", type=int, default=5)
+    p.add_argument("--horizon", type=int, default=5)
     p.add_argument(
         "--repeats", type=int, default=2, help="runs per configuration (the machine may be shared)"
     )
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.worker:
-        return worker(a.episodes, a.max_turns)
+        return worker(a.episodes, a.horizon)
     from envs import free_port
 
     print(f"| processes | episodes | seconds | episodes/s |  (os.cpu_count() = {os.cpu_count()})")
@@ -95,8 +95,8 @@ def main():
                     "--worker",
                     "--episodes",
                     str(a.episodes),
-                    "--max-turns",
-                    str(a.max_turns),
+                    "--horizon",
+                    str(a.horizon),
                 ]
             )
             out = subprocess.run(

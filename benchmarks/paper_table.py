@@ -131,7 +131,7 @@ def recipe(env: str, root: str, seeds: list[int], extra: list[str]) -> None:
     expert = f"--expert on --split {train} --limit {r['expert']} --parallel {inflight}"
     stage(d, "demos", f"eval.py --env {env} {expert} --out {d}/demos")
     stage(d, "base", f"eval.py --model smollm2 --env {env} --split {test} --limit {r['test']} "
-                     f"--max-turns {turns} {FREE} --out {d}/base", extra)  # fmt: skip
+                     f"--horizon {turns} {FREE} --out {d}/base", extra)  # fmt: skip
     stage(d, "sft", f"sft.py --model smollm2 --env {env} --data {d}/demos/trajectories.jsonl "
                     f"--demos {r['demos']} --epochs 3 {sft} --out {d}/sft", extra)  # fmt: skip
     start = f"{d}/sft/checkpoint"
@@ -144,7 +144,7 @@ def recipe(env: str, root: str, seeds: list[int], extra: list[str]) -> None:
         first = sum(r["dagger"][: k - 1])
         ids = ",".join(str(pool[(first + j) % len(pool)]) for j in range(min(n, len(pool))))
         policy = f"eval.py --model {start} --env {env} --task-ids {ids} --parallel {inflight}"
-        stage(d, f"{name}_policy", f"{policy} --max-turns {turns} {FREE} --out {d}/{name}_policy", extra)
+        stage(d, f"{name}_policy", f"{policy} --horizon {turns} {FREE} --out {d}/{name}_policy", extra)
         relabel = (
             f"sft.py --env {env} --relabel {d}/{name}_policy/trajectories.jsonl --out {d}/{name} "
             f"--parallel {inflight}"
@@ -168,7 +168,7 @@ def recipe(env: str, root: str, seeds: list[int], extra: list[str]) -> None:
         tasks, samples = r["wide"]
         wide = (
             f"--env {env} --split {test} --limit {tasks} --n-samples {samples} --seed 1 "
-            f"--max-turns {turns} {FREE}"
+            f"--horizon {turns} {FREE}"
         )
         stage(d, "sft_wide", f"eval.py --model {start} {wide} --out {d}/sft_wide", extra)
         for seed in seeds:

@@ -57,7 +57,7 @@ class ProfileConfig(train.Config):
     """train.py's output folder; empty: a temporary one"""
     compare_batch: int = flag(0, at_least=0)
     """instead of training: roll out this many test episodes batched vs one at a time"""
-    max_turns: int = flag(5, at_least=1)
+    horizon: int = flag(5, at_least=1)
     """compare mode: turns per episode"""
     repeats: int = flag(3, at_least=1)
     """compare mode: interleaved repeats of each way"""
@@ -135,15 +135,15 @@ def compare_batch(cfg: ProfileConfig):
                 t0 = time.perf_counter()
                 policy.reuse_cache = way != "re-encoded"
                 if way != "one at a time":
-                    rollout(policy, pool, spec, tasks, cfg.max_turns, timings=parts[way])
+                    rollout(policy, pool, spec, tasks, cfg.horizon, timings=parts[way])
                 else:
                     for t in tasks:
-                        rollout(policy, pool, spec, [t], cfg.max_turns, timings=parts[way])
+                        rollout(policy, pool, spec, [t], cfg.horizon, timings=parts[way])
                 rates[way].append(len(tasks) / (time.perf_counter() - t0))
     finally:
         close_pool(pool)
     print(
-        f"\n{n} {cfg.env} episodes of {cfg.max_turns} turns, model {cfg.model}, "
+        f"\n{n} {cfg.env} episodes of {cfg.horizon} turns, model {cfg.model}, "
         f"threads {torch.get_num_threads()}, {cfg.repeats} interleaved repeats"
     )
     rows = [[way, " ".join(f"{r:.2f}" for r in v), f"{statistics.median(v):.2f}"] for way, v in rates.items()]

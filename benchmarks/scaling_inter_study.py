@@ -19,7 +19,7 @@ schedule used, so the cheaper schedules' saving is visible rather than hidden.
 
 Every schedule is evaluated on held-out tasks (`horizon-test`, seeds never trained on) at the LONG
 horizon every `--eval-every` steps, and its final model at several test-time turn limits
-(`eval.sweep_max_turns`: the paper's test-time interaction scaling). Writes to --out:
+(`eval.sweep_horizons`: the paper's test-time interaction scaling). Writes to --out:
 `table.md` (mean +- standard error over seeds), `curves.png` (held-out success, training success,
 mean turns, share cut by the horizon vs step; one line per schedule), `sweep.png`, `results.json`.
 Runs already finished (their summary.json exists) are reused, so an interrupted study continues,
@@ -108,7 +108,7 @@ def sweep_model(args, model: str, out: str, seed: int):
             args.test_split,
             "--limit",
             str(args.sweep_episodes),
-            "--sweep-max-turns",
+            "--sweep-horizons",
             args.sweep,
             "--seed",
             str(seed),
@@ -292,7 +292,7 @@ def plot(args, runs: dict):
     mean_rows = {
         s: [
             {
-                "max_turns": rs[0]["sweep"][i]["max_turns"],
+                "horizon": rs[0]["sweep"][i]["horizon"],
                 "success_rate": statistics.mean(run["sweep"][i]["success_rate"] for run in rs),
             }
             for i in range(len(rs[0]["sweep"]))

@@ -2,7 +2,7 @@
 re-encoded and left-padded, on the same multi-turn work.
 
     python benchmarks/vs_generate.py                      # SmolLM2, 4 BabyAI tasks x 4, 4 turns, 48 tokens
-    python benchmarks/vs_generate.py --tasks 2 --group-size 4 --max-turns 2 --repeats 1   # quick
+    python benchmarks/vs_generate.py --tasks 2 --group-size 4 --horizon 2 --repeats 1   # quick
     python benchmarks/vs_generate.py --mixed-precision bf16   # in train.py's precision, on its bf16 copy
 
 Each repeat first runs `agent.rollout()` (whole conversation, KV cache kept across turns), timing
@@ -47,7 +47,7 @@ class VsConfig(AgentConfig):
     """distinct BabyAI test tasks"""
     group_size: int = 4
     """episodes per task (a GRPO group: the first prompt repeats)"""
-    max_turns: int = 4
+    horizon: int = 4
     """turns per episode"""
     repeats: int = 2
     """interleaved repeats of the two ways"""
@@ -143,7 +143,7 @@ def main(cfg: VsConfig):
         close_pool(pool)
     a, b = statistics.median(ours), statistics.median(theirs)
     print(
-        f"\n{cfg.model}, {len(tasks)} episodes x {cfg.max_turns} turns, {cfg.max_new_tokens} new tokens, "
+        f"\n{cfg.model}, {len(tasks)} episodes x {cfg.horizon} turns, {cfg.max_new_tokens} new tokens, "
         f"threads {torch.get_num_threads()}, precision {cfg.mixed_precision} (generation "
         f"{policy.generation_dtype or 'the policy'}): rollout's model work {a:.1f} s, "
         f"transformers' generate {b:.1f} s, {b / a:.2f}x"
@@ -156,7 +156,7 @@ def measure(cfg, policy, pool, spec, tasks, groups, ours: list, theirs: list) ->
     for r in range(cfg.repeats):
         torch.manual_seed(cfg.seed + r)
         tm: dict = {}
-        trajs = rollout(policy, pool, spec, tasks, cfg.max_turns, groups=groups, timings=tm)
+        trajs = rollout(policy, pool, spec, tasks, cfg.horizon, groups=groups, timings=tm)
         per_turn = turns_of(trajs)
         ours.append(tm["generate"])
         s, positions, steps = hf_replay(policy, per_turn, cfg.generate_attention)

@@ -19,7 +19,7 @@ def pool(start_server):
     p.close()
 
 
-def run(tiny_path, pool, context_turns, mask_actions, max_turns=3, max_new_tokens=48):
+def run(tiny_path, pool, context_turns, mask_actions, horizon=3, max_new_tokens=48):
     torch.manual_seed(0)
     policy = tiny.load(tiny_path, "babyai")
     policy.context_turns, policy.mask_actions, policy.max_new_tokens = (
@@ -29,7 +29,7 @@ def run(tiny_path, pool, context_turns, mask_actions, max_turns=3, max_new_token
     )
     spec = ENVS["babyai"]
     trajs = rollout(
-        policy, pool, spec, spec.splits["train"][:4] * 2, max_turns=max_turns, groups=[0, 1, 2, 3] * 2
+        policy, pool, spec, spec.splits["train"][:4] * 2, horizon=horizon, groups=[0, 1, 2, 3] * 2
     )
     return policy, trajs
 
@@ -182,7 +182,7 @@ def test_a_profiled_rollout_is_the_same_rollout_and_times_every_part(tiny_path, 
     policy.context_turns, policy.mask_actions = 0, True
     spec, t = ENVS["babyai"], {}
     timed_trajs = rollout(
-        policy, pool, spec, spec.splits["train"][:4] * 2, max_turns=3, groups=[0, 1, 2, 3] * 2, timings=t
+        policy, pool, spec, spec.splits["train"][:4] * 2, horizon=3, groups=[0, 1, 2, 3] * 2, timings=t
     )
     assert [tr.actions for tr in timed_trajs] == [tr.actions for tr in plain]
     assert set(t) == {"env", "template", "tries", "generate", "prefill", "decode", "mask"}

@@ -24,12 +24,12 @@ def policy(tmp_path_factory):
     return policy
 
 
-def run(policy, served, env, tasks, max_turns):
+def run(policy, served, env, tasks, horizon):
     spec = ENVS[env]
     pool = EnvPool(url=served.url, size=len(tasks), spec=spec)
     try:
         torch.manual_seed(0)
-        return rollout(policy, pool, spec, tasks, max_turns=max_turns, groups=list(range(len(tasks))))
+        return rollout(policy, pool, spec, tasks, horizon=horizon, groups=list(range(len(tasks))))
     finally:
         pool.close()
 
@@ -78,7 +78,7 @@ def test_our_client_and_masking_on_an_agentgym_babyai_server(policy):
         assert first["available_actions"] == log[-1][1]  # read from `Available actions: [...]`
         pool.close()
 
-        trajs = run(policy, served, "babyai", spec.splits["test"][:4], max_turns=3)
+        trajs = run(policy, served, "babyai", spec.splits["test"][:4], horizon=3)
     steps = [entry for entry in log if entry[0] == "/step"]
     assert not any(t.error for t in trajs) and steps
     assert all(action in offered for _, action, offered, _ in steps)  # masking kept to the list
@@ -101,7 +101,7 @@ def test_our_client_and_masking_on_an_agentgym_textcraft_server(policy):
         pool.close()
 
         log.clear()
-        trajs = run(policy, served, "textcraft", spec.splits["depth1-train"][:3], max_turns=3)
+        trajs = run(policy, served, "textcraft", spec.splits["depth1-train"][:3], horizon=3)
     lists, replies = {}, []
     for entry in log:  # the list each instance's commands define, then every action sent to it
         if entry[0] == "/reset":
@@ -116,7 +116,7 @@ def test_our_client_and_masking_on_an_agentgym_textcraft_server(policy):
 
 def test_our_client_on_an_agentgym_sciworld_server(policy):
     with standins.Served(standins.sciworld()) as served:
-        trajs = run(policy, served, "sciworld", [3, 8], max_turns=5)
+        trajs = run(policy, served, "sciworld", [3, 8], horizon=5)
         resets = sorted(e[1] for e in served.app.state.log if e[0] == "/reset")
     assert resets == [3, 8]
     for t in trajs:
@@ -127,7 +127,7 @@ def test_our_client_on_an_agentgym_sciworld_server(policy):
 
 def test_our_client_on_an_agentgym_searchqa_server(policy):
     with standins.Served(standins.searchqa()) as served:
-        trajs = run(policy, served, "searchqa", [5, 9], max_turns=5)
+        trajs = run(policy, served, "searchqa", [5, 9], horizon=5)
         resets = sorted(e[1] for e in served.app.state.log if e[0] == "/reset")
     assert resets == [5, 9]  # at /reset `id` is the question, the instance is `env_idx`
     for t in trajs:
@@ -137,7 +137,7 @@ def test_our_client_on_an_agentgym_searchqa_server(policy):
 
 def test_our_client_on_an_agentgym_webarena_server(policy):
     with standins.Served(standins.webarena()) as served:
-        trajs = run(policy, served, "webarena", [3, 4], max_turns=5)
+        trajs = run(policy, served, "webarena", [3, 4], horizon=5)
         resets = sorted(e[1] for e in served.app.state.log if e[0] == "/reset")
     assert resets == [3, 4]  # sent as `idx`, with `env_idx` and `seed`
     for t in trajs:

@@ -65,8 +65,8 @@ EVAL_BAD = [
     (["--n-samples", "0"], "--n-samples 0: must be at least 1"),
     (["--parallel", "0"], "must be at least 1"),
     (["--limit", "-1"], "must be at least 0"),
-    (["--max-turns", "-1"], "must be at least 0"),
-    (["--sweep-max-turns", "1,x"], "expected comma-separated integers, each at least 1"),
+    (["--horizon", "-1"], "must be at least 0"),
+    (["--sweep-horizons", "1,x"], "expected comma-separated integers, each at least 1"),
     (["--render", "true", "--env", "textcraft"], "only the BabyAI server draws pictures"),
 ]
 
@@ -143,7 +143,7 @@ def test_good_values_still_parse():
             "0-9,20",
             "--split",
             "nope-ignored-with-task-ids",
-            "--sweep-max-turns",
+            "--sweep-horizons",
             "1,2,4",
             "--n-samples",
             "4",

@@ -13,7 +13,7 @@ import view
 from envs import ENVS, EnvPool
 
 
-def play(url: str, spec, task, max_turns: int) -> tuple[dict, list[str]]:
+def play(url: str, spec, task, horizon: int) -> tuple[dict, list[str]]:
     """The expert's actions sent as /step replies until the episode ends: (last answer, actions)."""
     key = spec.instance_key
     created = requests.post(url + "/create", json=spec.extra_create, timeout=60).json()
@@ -21,7 +21,7 @@ def play(url: str, spec, task, max_turns: int) -> tuple[dict, list[str]]:
     r = requests.post(url + "/reset", json={key: iid, spec.task_key: task, **spec.reset_extra}, timeout=60)
     assert r.status_code == 200, r.text
     actions, answer = [], r.json()
-    for _ in range(max_turns):
+    for _ in range(horizon):
         advice = requests.post(url + "/expert", json={key: iid}, timeout=60)
         assert advice.status_code == 200, advice.text
         actions.append(advice.json()["action"])
@@ -50,13 +50,13 @@ def textcraft(start_server):
 # GoToRedBall, GoToLocalS8N7, Open, OpenDoorsOrderN4Debug (seed 10000)
 @pytest.mark.parametrize("task", [400001, 400004, 400011, 400015])
 def test_babyai_expert_solves_test_levels(babyai, task):
-    answer, actions = play(babyai, ENVS["babyai"], task, max_turns=20)
+    answer, actions = play(babyai, ENVS["babyai"], task, horizon=20)
     assert answer["done"] and answer["score"] > 0, actions
 
 
 def test_babyai_expert_uses_high_level_actions(babyai):
     """GoToRedBall seed 10000: one `go to` action, not a walk of primitive moves."""
-    answer, actions = play(babyai, ENVS["babyai"], 400001, max_turns=20)
+    answer, actions = play(babyai, ENVS["babyai"], 400001, horizon=20)
     assert answer["score"] > 0 and actions[-1].startswith("go to red ball")
 
 
@@ -64,7 +64,7 @@ def test_babyai_expert_never_goes_round_in_circles_on_a_long_level(babyai):
     """Unlock, seed 10000 (a key three rooms away): a shortcut the bot did not plan (it opened a door
     the bot was not heading for) once made the bot close it again, and the shortcut open it, forever.
     Each answer now shrinks the bot's plan: the level is solved, in about 44 turns."""
-    answer, actions = play(babyai, ENVS["babyai"], 400023, max_turns=60)
+    answer, actions = play(babyai, ENVS["babyai"], 400023, horizon=60)
     assert answer["done"] and answer["score"] > 0, actions
 
 
@@ -72,7 +72,7 @@ def test_babyai_expert_answers_where_the_bot_would_replan_without_end(babyai):
     """UnlockToUnlock, seed 10000: checking a shortcut leads BabyAIBot into a state where it pushes
     and pops subgoals forever (every /expert call was a 504); its replanning is now bounded, that
     shortcut is refused, and the level is solved within the 20-turn horizon."""
-    answer, actions = play(babyai, ENVS["babyai"], 400028, max_turns=20)
+    answer, actions = play(babyai, ENVS["babyai"], 400028, horizon=20)
     assert answer["done"] and answer["score"] > 0, actions
 
 
@@ -113,7 +113,7 @@ def test_textcraft_expert_crafts_a_goal_of_each_depth(textcraft, depth):
     import servers.textcraft as T
 
     task = next(i for i, g in enumerate(T.GOALS) if T.DEPTH[g] == depth)
-    answer, actions = play(textcraft, ENVS["textcraft"], task, max_turns=30)
+    answer, actions = play(textcraft, ENVS["textcraft"], task, horizon=30)
     assert answer["done"] and answer["reward"] == 1.0, actions
     assert actions[-1].startswith(f"craft 1 {T.GOALS[task]} using") or actions[-1].startswith("craft")
 
@@ -147,7 +147,7 @@ def test_searchqa_expert_searches_each_hop_then_answers(searchqa):
     from servers.searchqa_data import generate
 
     q = generate(0)[1][2402]
-    answer, actions = play(searchqa, ENVS["searchqa"], 2402, max_turns=10)
+    answer, actions = play(searchqa, ENVS["searchqa"], 2402, horizon=10)
     searches = [f"<search>{h}</search>" for h in q["path"]]
     assert actions == searches + [f"<answer>{q['golden_answers'][0]}</answer>"]
     assert answer["done"] and answer["reward"] == 1.0
@@ -160,7 +160,7 @@ def sciworld(start_server):
 
 def test_sciworld_expert_follows_the_gold_path_to_score_100(sciworld):
     """data_idx 525: a test variation of use-thermometer (a 14-action gold path)."""
-    answer, actions = play(sciworld, ENVS["sciworld"], 525, max_turns=40)
+    answer, actions = play(sciworld, ENVS["sciworld"], 525, horizon=40)
     assert answer["done"] and answer["score"] == 100, actions
 
 
@@ -225,7 +225,7 @@ def webarena(start_server):
 @needs_chromium
 @pytest.mark.parametrize("task", [4, 16, 34])  # string match, a form (program_html), a vote (program_html)
 def test_webarena_expert_reference_solution_passes_the_tasks_evaluator(webarena, task):
-    answer, actions = play(webarena, ENVS["webarena"], task, max_turns=15)
+    answer, actions = play(webarena, ENVS["webarena"], task, horizon=15)
     assert answer["done"] and answer["reward"] == 1.0, actions
 
 

@@ -47,7 +47,7 @@ def test_evaluation_generates_in_batches_of_generation_batch_size(tmp_path, batc
         [
             "--limit",
             "5",
-            "--max-turns",
+            "--horizon",
             "2",
             "--generation-batch-size",
             "2",

@@ -47,12 +47,12 @@ def llama_policy(path):
     return policy
 
 
-def both_ways(policy, pool, mask_actions, max_new_tokens, max_turns=4):
+def both_ways(policy, pool, mask_actions, max_new_tokens, horizon=4):
     policy.mask_actions, policy.max_new_tokens = mask_actions, max_new_tokens
     spec, out = ENVS["babyai"], []
     for reuse in (True, False):
         policy.reuse_cache = reuse
-        out.append(rollout(policy, pool, spec, spec.splits["test"][:6], max_turns=max_turns, batch_size=4))
+        out.append(rollout(policy, pool, spec, spec.splits["test"][:6], horizon=horizon, batch_size=4))
     return out
 
 

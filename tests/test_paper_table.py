@@ -123,7 +123,7 @@ def test_dagger_rounds_take_the_next_train_tasks_and_train_on_every_rounds_label
     )
     assert f"--model {d}/sft3/checkpoint" in cmd["rl_s0"]
     # the wide evaluation: the RL start and the RL checkpoint on the same 25 x 4 test episodes
-    wide = "--env textcraft --split depth1-test --limit 25 --n-samples 4 --seed 1 --max-turns 5 "
+    wide = "--env textcraft --split depth1-test --limit 25 --n-samples 4 --seed 1 --horizon 5 "
     assert f"--model {d}/sft3/checkpoint {wide}" in cmd["sft_wide"]
     assert f"--model {d}/rl_s0/checkpoint {wide}" in cmd["rl_s0_wide"]
 

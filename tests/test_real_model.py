@@ -39,7 +39,7 @@ def free_run(policy, pool):
     """Free generation, whole conversation (the paper's setting), 2 turns."""
     torch.manual_seed(0)
     policy.mask_actions, policy.context_turns = False, 0
-    return rollout(policy, pool, ENVS["babyai"], TASKS, max_turns=2, groups=[0, 0])
+    return rollout(policy, pool, ENVS["babyai"], TASKS, horizon=2, groups=[0, 0])
 
 
 def spans(mask):
@@ -130,7 +130,7 @@ def test_action_masking_works_for_a_real_model(policy, pool):
     torch.manual_seed(0)
     policy.mask_actions, policy.context_turns = True, 1
     try:
-        trajs = rollout(policy, pool, ENVS["babyai"], TASKS, max_turns=1)
+        trajs = rollout(policy, pool, ENVS["babyai"], TASKS, horizon=1)
     finally:
         policy.mask_actions, policy.context_turns = False, 0
     for tr in trajs:
@@ -170,7 +170,7 @@ def test_a_two_step_grpo_run_checkpoints_resumes_and_evaluates(tmp_path, fresh_a
             str(ckpt),
             "--task-ids",
             "3",
-            "--max-turns",
+            "--horizon",
             "2",
             "--max-new-tokens",
             "4",

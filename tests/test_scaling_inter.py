@@ -103,17 +103,17 @@ def test_train_logs_cut_share_and_a_resumed_adaptive_run_repeats_the_straight_on
     assert ra[3]["charts/reward"] == rb[3]["charts/reward"]
 
 
-def test_sweep_max_turns_caps_every_episode_at_each_limit(tmp_path):
+def test_sweep_horizons_caps_every_episode_at_each_limit(tmp_path):
     import eval as evaluation
 
     rows = evaluation.main(
-        ["--model", "tiny", "--task-ids", "9,49,89,13", "--sweep-max-turns", "1,3", "--out", str(tmp_path)]
+        ["--model", "tiny", "--task-ids", "9,49,89,13", "--sweep-horizons", "1,3", "--out", str(tmp_path)]
     )
-    assert [r["max_turns"] for r in rows] == [1, 3]
+    assert [r["horizon"] for r in rows] == [1, 3]
     assert rows[0]["avg_turns"] == 1.0 and 1.0 <= rows[1]["avg_turns"] <= 3.0
     assert all(r["n_episodes"] == 4 and 0.0 <= r["cut_share"] <= 1.0 for r in rows)
     assert rows[0]["cut_share"] == pytest.approx(
         1.0 - rows[0]["success_rate"]
     )  # BabyAI: done only on success here
     saved = json.load(open(tmp_path / "sweep.json"))
-    assert [r["max_turns"] for r in saved["sweep"]] == [1, 3] and (tmp_path / "sweep.png").exists()
+    assert [r["horizon"] for r in saved["sweep"]] == [1, 3] and (tmp_path / "sweep.png").exists()

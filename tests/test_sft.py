@@ -32,7 +32,7 @@ def episodes(tiny_path, pool):
     torch.manual_seed(0)
     policy = tiny.load(tiny_path, "babyai")
     policy.context_turns = 0
-    return rollout(policy, pool, SPEC, SPEC.splits["train"][:4], max_turns=3)
+    return rollout(policy, pool, SPEC, SPEC.splits["train"][:4], horizon=3)
 
 
 def as_react(trajs):
@@ -139,7 +139,7 @@ def test_demonstration_rows_are_the_rollouts_own_rows(tiny_path, episodes, conte
     torch.manual_seed(1)
     policy = tiny.load(tiny_path, "babyai")
     policy.context_turns = context_turns
-    trajs = rollout(policy, pool, SPEC, SPEC.splits["train"][4:8], max_turns=3)
+    trajs = rollout(policy, pool, SPEC, SPEC.splits["train"][4:8], horizon=3)
     evaluation.write_trajectories(str(tmp_path / "t.jsonl"), trajs)
     demos = sft.load_demos(str(tmp_path / "t.jsonl"), SPEC.parse_action, only_success=False)
     for d, t in zip(demos, trajs):
@@ -255,7 +255,7 @@ def test_sft_on_one_demonstration_drives_its_loss_near_zero_and_greedy_decoding_
     # greedy, free text (no action mask), whole conversation: the demonstration's own actions
     policy = tiny.load(str(out / "checkpoint"), "babyai")
     policy.context_turns, policy.mask_actions, policy.temperature, policy.max_new_tokens = 0, False, 0.0, 64
-    (replay,) = rollout(policy, pool, SPEC, [demo.task], max_turns=demo.turns)
+    (replay,) = rollout(policy, pool, SPEC, [demo.task], horizon=demo.turns)
     assert replay.actions == demo.actions
     assert [m["content"] for m in replay.messages if m["role"] == "assistant"] == [
         f"Thought: I will {a}.\nAction: {a}" for a in demo.actions
@@ -294,7 +294,7 @@ def test_an_sft_checkpoint_loads_in_train_and_eval(cloned, tmp_path):
             ckpt,
             "--limit",
             "2",
-            "--max-turns",
+            "--horizon",
             "2",
             "--out",
             str(tmp_path / "ev"),
@@ -321,7 +321,7 @@ def test_lora_sft_saves_a_folder_eval_loads(tiny_path, one_demo, tmp_path, merge
             str(ckpt),
             "--limit",
             "1",
-            "--max-turns",
+            "--horizon",
             "1",
             "--out",
             str(tmp_path / "ev"),

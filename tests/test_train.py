@@ -237,7 +237,7 @@ def test_eval_writes_summary_and_every_trajectory(tmp_path):
             "1,41,81-82",
             "--n-samples",
             "2",
-            "--max-turns",
+            "--horizon",
             "3",
             "--out",
             str(out),

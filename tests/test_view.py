@@ -315,7 +315,7 @@ def test_eval_with_render_records_a_frame_per_observation_and_writes_its_report(
             "4,44",
             "--n-samples",
             "2",
-            "--max-turns",
+            "--horizon",
             "3",
             "--render",
             "true",
