@@ -120,9 +120,8 @@ def load_models(cfg, accelerator, saved: dict | None):
     half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.mixed_precision)
     if cfg.lora_rank and not lora.has_adapters(policy.model):
         policy.model = lora.add_adapters(policy.model, cfg.lora_rank, cfg.lora_alpha)
-    if half and lora.has_adapters(
-        policy.model
-    ):  # fresh or resumed: the frozen base in 2 bytes, adapters fp32
+    adapters = lora.has_adapters(policy.model)
+    if half and adapters:  # fresh or resumed: the frozen base in 2 bytes, adapters fp32
         for p in policy.model.parameters():
             p.data = p.data if p.requires_grad else p.data.to(half)
     disable_dropout(policy.model)  # the update's train mode must score like the rollout's eval mode
@@ -131,7 +130,7 @@ def load_models(cfg, accelerator, saved: dict | None):
         policy.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     ref_path = saved["ref_path"] if saved else policy.path
     ref_model = None
-    if cfg.kl_coef and not lora.has_adapters(policy.model):
+    if cfg.kl_coef and not adapters:
         ref_device = "cpu" if cfg.ref_device == "cpu" else accelerator.device
         ref_model = load_agent(cfg, ref_device, model=ref_path).model.eval().requires_grad_(False)
         if half and str(ref_device) != "cpu":

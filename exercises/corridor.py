@@ -1,0 +1,57 @@
+"""A tiny environment for problem 8: walk along a corridor to the goal. No server, no HTTP: it
+answers `reset(slots, tasks)` and `step(slots, actions)` as `envs.EnvPool` does.
+
+Task t puts the goal t cells ahead; "forward" and "back" move; any other action is refused with
+BabyAI's words and the agent stays. Reaching the goal ends the episode with score 10 - steps
+(`SPEC.score_scale` 10: reward 1 - steps / 10). Task -1 fails at reset, task 99 at the first step
+(an environment error, as a crashed server gives).
+"""
+
+from types import SimpleNamespace
+
+SPEC = SimpleNamespace(
+    instruction="Walk to the goal. Reply with forward or back, after 'Action:'.",
+    parse_action=lambda text: text.rsplit("Action:", 1)[-1].strip() if "Action:" in text else "",
+    score_scale=10.0,
+    success_at=0.5,
+)
+
+
+class Corridor:
+    def __init__(self):
+        self.at: dict[int, list] = {}  # slot -> [position, goal, steps, task]
+
+    def reset(self, slots: list[int], tasks: list[int]) -> list[dict]:
+        out = []
+        for slot, task in zip(slots, tasks):
+            if task < 0:
+                out.append({"observation": "", "error": "the server did not answer /reset"})
+                continue
+            self.at[slot] = [0, task, 0, task]
+            out.append({"observation": self.describe(slot)})
+        return out
+
+    def step(self, slots: list[int], actions: list[str]) -> list[dict]:
+        return [self.move(slot, action) for slot, action in zip(slots, actions)]
+
+    def move(self, slot: int, action: str) -> dict:
+        state = self.at[slot]
+        if state[3] == 99:
+            return {"observation": "", "error": "time-out after 30 s", "done": False}
+        state[2] += 1
+        if action not in ("forward", "back"):
+            note = f'"{action}" is not an available action. '
+            return {"observation": note + self.describe(slot), "reward": 0.0, "score": 0.0, "done": False}
+        state[0] += 1 if action == "forward" else -1
+        if state[0] == state[1]:
+            return {
+                "observation": "You reached the goal.",
+                "reward": 1.0,
+                "score": 10.0 - state[2],
+                "done": True,
+            }
+        return {"observation": self.describe(slot), "reward": 0.0, "score": 0.0, "done": False}
+
+    def describe(self, slot: int) -> str:
+        position, goal = self.at[slot][:2]
+        return f"You are at {position}. The goal is at {goal}."

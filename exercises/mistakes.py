@@ -1,0 +1,432 @@
+"""Mistakes students make, one small function each, keyed by problem: `MISTAKES[n][what went wrong]`.
+
+Where it sits: tests/test_exercises.py proves that `python -m exercises.check n` fails on every
+one of them, so a student who makes one of these mistakes is told. Read them after solving a
+problem. Most problems' mistakes share a helper (`_row`, `_loss`, ...) that writes the problem
+once with its rules changeable; each mistake changes one rule, and its docstring says which and
+what it costs.
+"""
+
+import torch
+
+from agent import chat_ids, turn_suffix_ids
+from algorithm import global_masked_moments, masked_mean, returns_to_go
+from batch import Row, agent_tokens
+from grpo import group_advantages
+
+# --- problem 1: the loss mask --------------------------------------------------------------------
+
+
+def _row(
+    tokenizer,
+    first_messages,
+    replies,
+    observations,
+    end_of_turn,
+    stop_ids,
+    glue_mask=0,
+    eot_mask=1,
+    cut_eot=True,
+    last_observation=False,
+):
+    """An episode's row built as in problem 1, with one of its rules changeable."""
+    ids = chat_ids(tokenizer, first_messages)
+    mask, logprobs = [0] * len(ids), [0.0] * len(ids)
+    observations = observations + (["(what the environment said last)"] if last_observation else [])
+    for k, (reply, lp) in enumerate(replies):
+        ends = [eot_mask if t == end_of_turn else 1 for t in reply]
+        ids, mask, logprobs = ids + reply, mask + ends, logprobs + lp
+        if k < len(observations):
+            cut = [end_of_turn] if cut_eot and reply[-1] not in stop_ids else []
+            suffix = cut + turn_suffix_ids(tokenizer, observations[k])
+            ids, mask, logprobs = (
+                ids + suffix,
+                mask + [glue_mask] * len(suffix),
+                logprobs + [0.0] * len(suffix),
+            )
+    return Row(ids=ids, mask=mask, logprobs=logprobs)
+
+
+def observation_tokens_in_the_mask(*args, **kwargs):
+    """Mask 1 on everything after the prompt: the glue and the observations get trained too."""
+    return _row(*args, **kwargs, glue_mask=1)
+
+
+def end_of_turn_not_trained(*args, **kwargs):
+    """Mask 0 on the reply's end-of-turn token: the policy never learns to end its turn."""
+    return _row(*args, **kwargs, eot_mask=0)
+
+
+def no_end_of_turn_after_a_cut_reply(*args, **kwargs):
+    """A reply cut at the token limit is followed straight by the glue, with no end-of-turn token:
+    the model is trained on a conversation its template never writes."""
+    return _row(*args, **kwargs, cut_eot=False)
+
+
+def last_observation_appended(*args, **kwargs):
+    """The observation after the last reply is appended: the row no longer ends on the agent's
+    last token, where the outcome reward belongs."""
+    return _row(*args, **kwargs, last_observation=True)
+
+
+# --- problem 2: GRPO's group advantages ---------------------------------------------------------
+
+
+def std_over_the_batch(rewards, groups, eps=1e-6, use_std=True):
+    """The group's mean, but the std of the whole batch."""
+    adv = group_advantages(rewards, groups, eps, use_std=False)
+    return adv / (rewards.double().std() + eps).to(rewards.dtype) if use_std else adv
+
+
+def statistics_in_float32(rewards, groups, eps=1e-6, use_std=True):
+    """Right, except the mean and std are float32: a group of eight rewards of 0.925 gets a mean
+    one ulp off, divided by a std of the same size, and |A| = 0.056 instead of 0."""
+    adv = torch.zeros_like(rewards)
+    keys = groups.tolist() if torch.is_tensor(groups) else groups
+    for key in set(keys):
+        idx = [i for i, k in enumerate(keys) if k == key]
+        if len(idx) > 1:
+            r = rewards[idx]
+            adv[idx] = (r - r.mean()) / (r.std() + eps) if use_std else r - r.mean()
+    return adv
+
+
+def population_std(rewards, groups, eps=1e-6, use_std=True):
+    """Divides by the std over n (numpy's default) instead of n - 1 (torch's, DeepSeekMath's)."""
+    adv = group_advantages(rewards, groups, eps, use_std=False).double()
+    keys = groups.tolist() if torch.is_tensor(groups) else groups
+    for key in set(keys):
+        idx = [i for i, k in enumerate(keys) if k == key]
+        if use_std and len(idx) > 1:
+            adv[idx] = adv[idx] / (rewards[idx].double().std(unbiased=False) + eps)
+    return adv.to(rewards.dtype)
+
+
+# --- problem 3: the clipped surrogate with the k3 KL -------------------------------------------
+
+
+def _loss(
+    logp,
+    entropy,
+    mb,
+    adv,
+    clip_ratio,
+    kl_coef=0.0,
+    entropy_coef=0.0,
+    clip_ratio_high=0.0,
+    kl_sign=1.0,
+    pessimism=torch.max,
+    mask_ratio=True,
+    per_token=True,
+):
+    """Problem 3's loss with one of its rules changeable."""
+    m = mb.loss_mask
+    mean = (lambda x: masked_mean(x, m)) if per_token else (lambda x: (x * m).mean())
+    log_ratio = (logp - mb.old_logprobs) * m if mask_ratio else logp - mb.old_logprobs
+    ratio = log_ratio.exp()
+    high = clip_ratio_high or clip_ratio
+    loss = mean(pessimism(-adv * ratio, -adv * ratio.clamp(1 - clip_ratio, 1 + high)))
+    if mb.ref_logprobs is not None and kl_coef:
+        d = (mb.ref_logprobs * m - logp * m).clamp(-20, 20)
+        loss = loss + kl_sign * kl_coef * mean((d.exp() - d - 1).clamp(max=10))
+    if entropy is not None:
+        loss = loss - entropy_coef * mean(entropy)
+    return loss, {}
+
+
+def kl_sign_flipped(*args, **kwargs):
+    """loss - kl_coef * kl: the KL term rewards moving away from the reference."""
+    return _loss(*args, **kwargs, kl_sign=-1.0)
+
+
+def min_instead_of_max(*args, **kwargs):
+    """torch.min of the two losses: the optimistic bound, so clipping never stops a large step."""
+    return _loss(*args, **kwargs, pessimism=torch.min)
+
+
+def log_ratio_not_masked(*args, **kwargs):
+    """exp(logp - old_logp) on every token: an observation token's stored log-prob is anything,
+    its ratio overflows, and inf * 0 is NaN."""
+    return _loss(*args, **kwargs, mask_ratio=False)
+
+
+def mean_over_every_position(*args, **kwargs):
+    """The mean over all (B, T) positions, padding and observations included: the loss shrinks
+    with the share of non-agent tokens."""
+    return _loss(*args, **kwargs, per_token=False)
+
+
+# --- problem 4: GAE ------------------------------------------------------------------------------
+
+
+def _gae(rewards, values, gamma, lam, last_value=None, decay=None, add_values=True):
+    n, adv, running = len(rewards), torch.zeros(len(rewards)), 0.0
+    for k in reversed(range(n)):
+        nxt = values[k + 1] if k + 1 < n else (values[k] if last_value == "own" else 0.0)
+        running = (
+            rewards[k] + gamma * nxt - values[k] + (decay if decay is not None else gamma * lam) * running
+        )
+        adv[k] = running
+    return adv, adv + values if add_values else adv.clone()
+
+
+def last_token_bootstraps_from_its_own_value(rewards, values, gamma, lam):
+    """After the last agent token the episode is over (V_n = 0), but V_{n-1} is used as V_n."""
+    return _gae(rewards, values, gamma, lam, last_value="own")
+
+
+def recursion_without_gamma(rewards, values, gamma, lam):
+    """A_k = delta_k + lam * A_{k+1}: the discount gamma left out of the recursion."""
+    return _gae(rewards, values, gamma, lam, decay=lam)
+
+
+def returns_without_the_values(rewards, values, gamma, lam):
+    """The critic's target G_k = A_k: without + V_k, the critic learns R - V."""
+    return _gae(rewards, values, gamma, lam, add_values=False)
+
+
+# --- problem 5: the staged schedule -------------------------------------------------------------
+
+
+def one_step_early(step, rounds, steps_per_stage):
+    """step // S: step S already in stage 2 (the reference implementation's switch after resume)."""
+    stage = min(step // steps_per_stage, len(rounds) - 1)
+    return stage, rounds[stage]
+
+
+def one_stage_late(step, rounds, steps_per_stage):
+    """ceil(step / S) as the 0-based stage: counts stages from 1, so every step sits a stage late."""
+    stage = min(-(-step // steps_per_stage), len(rounds) - 1)
+    return stage, rounds[stage]
+
+
+def last_stage_not_held(step, rounds, steps_per_stage):
+    """No min(..., K - 1): past the last stage there is no horizon (an IndexError)."""
+    stage = (step - 1) // steps_per_stage
+    return stage, rounds[stage]
+
+
+# --- problem 6: GiGPO ---------------------------------------------------------------------------
+
+
+def _gigpo(
+    rewards,
+    groups,
+    anchors,
+    omega=1.0,
+    gamma=0.95,
+    step_norm="std",
+    normaliser="exact",
+    eps=1e-6,
+    key=lambda g, obs: (g, obs),
+    discount=True,
+    std_everywhere=False,
+):
+    from gigpo import ANCHOR_NORMALISERS
+
+    norm, std = ANCHOR_NORMALISERS[normaliser], step_norm == "std"
+    a_ep = group_advantages(torch.tensor(rewards, dtype=torch.float64), groups, eps, std or std_everywhere)
+    keys, returns = [], []
+    for g, r, turns in zip(groups, rewards, anchors):
+        keys += [key(g, norm(obs)) for obs in turns]
+        rewards_per_turn = [0.0] * (len(turns) - 1) + [r] if discount else [r] * len(turns)
+        returns += returns_to_go(
+            torch.tensor(rewards_per_turn, dtype=torch.float64), gamma if discount else 0.0
+        ).tolist()
+    a_step = group_advantages(torch.tensor(returns, dtype=torch.float64), keys, eps, std)
+    out, m = [], 0
+    for n, turns in enumerate(anchors):
+        out.append([float(a_ep[n] + omega * a_step[m + t]) for t in range(len(turns))])
+        m += len(turns)
+    return out
+
+
+def anchors_matched_across_groups(*args, **kwargs):
+    """Step groups keyed by the observation alone: turns of two different tasks that show the same
+    text are compared with each other."""
+    return _gigpo(*args, **kwargs, key=lambda g, obs: obs)
+
+
+def outcome_on_every_turn(*args, **kwargs):
+    """Every turn's step return is the outcome R itself, not discounted from the last turn."""
+    return _gigpo(*args, **kwargs, discount=False)
+
+
+def mean_norm_at_the_step_level_only(*args, **kwargs):
+    """step_norm 'mean' drops the std at the step level but keeps it at the episode level."""
+    return _gigpo(*args, **kwargs, std_everywhere=True)
+
+
+# --- problem 7: REINFORCE++ ---------------------------------------------------------------------
+
+
+def _reinforce_pp(batch, cfg, kl_sign=1.0, per_row=False, outcome_on_row_end=False, whiten_everywhere=False):
+    ret = torch.zeros_like(batch.loss_mask)  # (B, T)
+    kl = cfg.kl_coef if batch.ref_logprobs is not None else 0.0
+    steps = [(agent_tokens(batch, n), batch.rewards[n]) for n in range(len(batch.rewards))]
+    if per_row:  # each row its own episode, each with the outcome on its last agent token
+        steps = [
+            ((torch.full((len(c),), b), c), batch.rewards[batch.traj[b]]) for b, c in _agent_columns(batch)
+        ]
+    for (b, t), outcome in steps:
+        if len(b) == 0:
+            continue
+        r = torch.zeros(len(b))
+        if outcome_on_row_end:  # the outcome on the row's last column (padding, for a short row): lost
+            r[-1] = outcome * batch.loss_mask[b[-1], -1]
+        else:
+            r[-1] = outcome
+        if kl:
+            r = r - kl_sign * kl * (batch.old_logprobs[b, t] - batch.ref_logprobs[b, t])
+        ret[b, t] = returns_to_go(r, cfg.gamma)
+    m = torch.ones_like(batch.loss_mask) if whiten_everywhere else batch.loss_mask
+    mean, var = global_masked_moments(ret, m)
+    batch.returns = ret
+    batch.advantages = ((ret.double() - mean) * torch.rsqrt(var + cfg.whiten_eps)).float() * batch.loss_mask
+
+
+def _agent_columns(batch):
+    return [(b, batch.loss_mask[b].nonzero().squeeze(-1)) for b in range(len(batch))]
+
+
+def kl_added_not_subtracted(batch, cfg, state=None):
+    """r_k = +kl_coef * (old_logp - ref_logp): moving away from the reference is rewarded."""
+    _reinforce_pp(batch, cfg, kl_sign=-1.0)
+
+
+def each_row_an_episode(batch, cfg, state=None):
+    """One row per turn (context_turns=K), each taken for a whole episode: every turn's last token
+    gets the outcome, and no return flows from a later turn to an earlier one."""
+    _reinforce_pp(batch, cfg, per_row=True)
+
+
+def outcome_on_the_rows_last_column(batch, cfg, state=None):
+    """The outcome put on the row's last column and then masked: a row shorter than the batch's
+    ends in padding there, and its reward vanishes (the reference code's lost reward)."""
+    _reinforce_pp(batch, cfg, outcome_on_row_end=True)
+
+
+def whitened_over_every_position(batch, cfg, state=None):
+    """mean and var over all (B, T) positions, the zeros off the agent tokens included."""
+    _reinforce_pp(batch, cfg, whiten_everywhere=True)
+
+
+# --- problem 8: the rollout loop ----------------------------------------------------------------
+
+
+def _rollout(
+    env,
+    spec,
+    tasks,
+    replies,
+    max_turns,
+    send_text=False,
+    drop_finished=True,
+    scale=True,
+    done_at_horizon=False,
+):
+    from agent import Trajectory
+
+    trajs = [Trajectory(task=t, group=i) for i, t in enumerate(tasks)]
+    live = []
+    for i, (tr, r) in enumerate(zip(trajs, env.reset(list(range(len(tasks))), tasks))):
+        tr.messages += [
+            {"role": "system", "content": spec.instruction},
+            {"role": "user", "content": r["observation"]},
+        ]
+        tr.observations.append(r["observation"])
+        if r.get("error"):
+            tr.error, tr.done = r["error"], True
+        else:
+            live.append(i)
+    for turn in range(max_turns):
+        texts = [replies[i][turn] for i in live]
+        actions = texts if send_text else [spec.parse_action(x) for x in texts]
+        still = []
+        for i, text, action, r in zip(live, texts, actions, env.step(live, actions)):
+            tr = trajs[i]
+            tr.messages.append({"role": "assistant", "content": text})
+            tr.actions.append(action)
+            tr.rewards.append(float(r.get("reward", 0.0)))
+            tr.score = float(r.get("score", sum(tr.rewards)))
+            tr.observations.append(r.get("observation", ""))
+            tr.error, tr.done = r.get("error", ""), bool(r.get("done"))
+            if drop_finished and (tr.done or tr.error):
+                continue
+            tr.messages.append({"role": "user", "content": r.get("observation", "")})
+            still.append(i)
+        live = still
+    for tr in trajs:
+        tr.reward = tr.score / spec.score_scale if scale else tr.score
+        tr.success = tr.reward >= spec.success_at
+        tr.done = tr.done or (done_at_horizon and not tr.error)
+    return trajs
+
+
+def reply_text_sent_as_the_action(*args, **kwargs):
+    """The whole reply goes to the environment, not the action parsed from it: every turn refused."""
+    return _rollout(*args, **kwargs, send_text=True)
+
+
+def finished_episodes_keep_stepping(*args, **kwargs):
+    """An episode the environment ended stays live: it is stepped again, past its end."""
+    return _rollout(*args, **kwargs, drop_finished=False)
+
+
+def score_not_scaled(*args, **kwargs):
+    """reward = score, not score / spec.score_scale: BabyAI's 0-1 but TextCraft's or SciWorld's 0-100."""
+    return _rollout(*args, **kwargs, scale=False)
+
+
+def horizon_counted_as_done(*args, **kwargs):
+    """An episode the horizon cut is marked done, as if the environment had ended it: the adaptive
+    schedule's cut share then reads 0."""
+    return _rollout(*args, **kwargs, done_at_horizon=True)
+
+
+MISTAKES = {
+    1: {
+        "observation tokens in the mask": observation_tokens_in_the_mask,
+        "end-of-turn token not trained": end_of_turn_not_trained,
+        "no end-of-turn token after a cut reply": no_end_of_turn_after_a_cut_reply,
+        "the last observation appended": last_observation_appended,
+    },
+    2: {
+        "std over the batch instead of the group": std_over_the_batch,
+        "statistics in float32": statistics_in_float32,
+        "population std (n, not n - 1)": population_std,
+    },
+    3: {
+        "the KL term's sign flipped": kl_sign_flipped,
+        "min instead of max": min_instead_of_max,
+        "log ratio not masked": log_ratio_not_masked,
+        "mean over every position": mean_over_every_position,
+    },
+    4: {
+        "the last token bootstraps from its own value": last_token_bootstraps_from_its_own_value,
+        "gamma left out of the recursion": recursion_without_gamma,
+        "returns without the values": returns_without_the_values,
+    },
+    5: {
+        "one step early (step // S)": one_step_early,
+        "one stage late (stages counted from 1)": one_stage_late,
+        "the last stage not held": last_stage_not_held,
+    },
+    6: {
+        "anchors matched across groups": anchors_matched_across_groups,
+        "the outcome on every turn": outcome_on_every_turn,
+        "mean-norm at the step level only": mean_norm_at_the_step_level_only,
+    },
+    7: {
+        "the KL added, not subtracted": kl_added_not_subtracted,
+        "each row taken for an episode": each_row_an_episode,
+        "the outcome on the row's last column": outcome_on_the_rows_last_column,
+        "whitened over every position": whitened_over_every_position,
+    },
+    8: {
+        "the reply text sent as the action": reply_text_sent_as_the_action,
+        "finished episodes keep stepping": finished_episodes_keep_stepping,
+        "the score not scaled": score_not_scaled,
+        "the horizon counted as done": horizon_counted_as_done,
+    },
+}

@@ -1,0 +1,185 @@
+"""The exercises check what they claim: the project's own function passes every problem's check,
+the untouched stub fails it, and so does every mistake in exercises/mistakes.py, each with a
+message that names the case and what was expected.
+
+Where it sits: calls `exercises.check.failures` as a function (no subprocess, no training); the
+whole file runs in seconds. `--train` is tested with `train.train` replaced, for its wiring only.
+"""
+
+import ast
+import dataclasses
+import importlib
+from pathlib import Path
+
+import pytest
+
+from exercises.cases import PROBLEMS
+from exercises.check import NOT_WRITTEN, failures, main, student_function, train_with
+from exercises.mistakes import MISTAKES
+
+ROOT = Path(__file__).resolve().parent.parent
+ALL_MISTAKES = [(n, name) for n, found in MISTAKES.items() for name in found]
+
+
+@pytest.mark.parametrize("n", sorted(PROBLEMS))
+def test_the_projects_own_function_passes_its_check(n):
+    assert failures(n, PROBLEMS[n].reference) == []
+
+
+@pytest.mark.parametrize("n", sorted(PROBLEMS))
+def test_the_untouched_stub_fails_its_check_and_says_it_is_not_written(n):
+    found = failures(n)
+    assert len(found) == 1 and NOT_WRITTEN in found[0] and PROBLEMS[n].name in found[0]
+
+
+@pytest.mark.parametrize("n,name", ALL_MISTAKES, ids=[f"{n}-{name}" for n, name in ALL_MISTAKES])
+def test_every_listed_mistake_fails_its_check_with_the_case_and_what_was_expected(n, name):
+    found = failures(n, MISTAKES[n][name])
+    assert found, f"problem {n}: the mistake {name!r} passes the check"
+    assert found[0].startswith("case ") and ("expected" in found[0] or "raised" in found[0])
+    assert "inputs:" in found[0]
+
+
+def test_every_problem_keeps_at_least_two_mistakes_beside_it():
+    assert sorted(MISTAKES) == sorted(PROBLEMS)
+    assert all(len(found) >= 2 for found in MISTAKES.values())
+
+
+@pytest.mark.parametrize("n", sorted(PROBLEMS))
+def test_a_function_that_returns_nothing_fails_with_a_message_not_a_crash(n):
+    found = failures(n, lambda *args, **kwargs: None)
+    assert found and all(m.startswith("case ") for m in found)
+
+
+@pytest.mark.parametrize("n", sorted(PROBLEMS))
+def test_each_stub_states_its_task_equation_and_the_function_it_mirrors(n):
+    problem = PROBLEMS[n]
+    path = ROOT / "exercises" / f"{problem.module}.py"
+    doc = ast.get_docstring(ast.parse(path.read_text()))
+    project_file = problem.mirrors.split(",")[0]
+    assert project_file in doc and (ROOT / project_file).exists()
+    assert "Task:" in doc and f"python -m exercises.check {n}" in doc
+    fn = student_function(n)
+    assert fn.__module__ == f"exercises.{problem.module}"
+
+
+def test_the_command_line_exits_0_on_the_solution_and_1_on_the_stub(capsys):
+    assert main(["5", "--solution"]) == 0
+    assert "PASS: 20 of 20" in capsys.readouterr().out
+    assert main(["5"]) == 1
+    assert "FAIL: 0 of 20" in capsys.readouterr().out
+    assert main(["2", "--train"]) == 1  # the stub: nothing to train with, and no training started
+    assert "write the function first" in capsys.readouterr().out
+
+
+def test_train_plugs_the_function_into_grpo_and_puts_the_project_back(monkeypatch):
+    """`--train` runs train.train with GRPO's advantages computed by the function given (here a
+    marked copy of the project's) and leaves algos.ALGOS as it was."""
+    import grpo
+    import train
+    from algos import ALGOS
+
+    calls = []
+
+    def marked(rewards, groups, eps=1e-6, use_std=True):
+        calls.append(eps)
+        return grpo.group_advantages(rewards, groups, eps, use_std)
+
+    def fake_train(cfg):
+        batch = type("B", (), {})()
+        batch.rewards, batch.groups = grpo.torch.tensor([1.0, 0.0]), grpo.torch.tensor([0, 0])
+        batch.traj, batch.loss_mask = grpo.torch.tensor([0, 1]), grpo.torch.ones(2, 3)
+        ALGOS[cfg.algo].advantages(batch, cfg)
+        return {"adv": batch.advantages, "steps": cfg.steps}
+
+    monkeypatch.setattr(train, "train", fake_train)
+    project = ALGOS["grpo"]
+    out = train_with(marked, steps=3, eval_episodes=0, out="/tmp/unused")
+    assert calls == [train.Config().group_std_eps] and out["steps"] == 3
+    assert out["adv"][0].tolist() == pytest.approx([0.7071, 0.7071, 0.7071], abs=1e-4)
+    assert ALGOS["grpo"] is project and dataclasses.replace(project) == project
+
+
+def test_the_exercises_package_imports_nothing_into_the_project():
+    """The project never imports exercises/ (it sits beside the house, not in it)."""
+    for path in [*ROOT.glob("*.py"), *ROOT.glob("machinery/*.py")]:
+        tree = ast.parse(path.read_text())
+        names = [a.name for node in ast.walk(tree) if isinstance(node, ast.Import) for a in node.names]
+        names += [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+        assert not any(n.split(".")[0] == "exercises" for n in names), path.name
+    assert importlib.import_module("exercises").__doc__
+
+
+# --- problem 7: the failure-modes runs ----------------------------------------------------------
+
+
+def test_each_mystery_run_holds_a_different_planted_fault_and_the_answer_check_knows_it(capsys):
+    from exercises import faults
+
+    found = [faults.planted(run) for run in faults.RUNS]
+    assert len(set(found)) == len(faults.RUNS) and set(found) < set(faults.DIAGNOSES)
+    for run, diagnosis in zip(faults.RUNS, found):
+        assert faults.main(["answer", run, diagnosis]) == 0
+        wrong = next(d for d in faults.DIAGNOSES if d != diagnosis)
+        assert faults.main(["answer", run, wrong]) == 1
+    assert "not this one" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fault", ["flipped", "zeroed", "misaligned", "greedy"])
+def test_a_planted_fault_changes_what_it_says_and_the_loop_is_put_back(fault, monkeypatch):
+    import torch
+
+    import grpo
+    import train
+    from algos import ALGOS
+    from exercises import faults
+
+    learner = type("L", (), {})()
+    learner.policy = type("P", (), {"temperature": 1.0})()
+    monkeypatch.setattr(train, "load_learner", lambda *a, **k: learner)
+    project_algo, project_load = ALGOS["grpo"], train.load_learner
+
+    def batch():
+        b = type("B", (), {})()
+        b.rewards, b.groups = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0]), torch.tensor([0, 0, 0, 1, 1, 1])
+        b.traj, b.loss_mask = torch.arange(6), torch.ones(6, 2)
+        return b
+
+    right, cfg = batch(), train.Config()
+    grpo.advantages(right, cfg)
+    with faults.plant(fault):
+        planted = batch()
+        ALGOS["grpo"].advantages(planted, cfg)
+        assert train.load_learner().policy.temperature == (0.0 if fault == "greedy" else 1.0)
+    expected = {
+        "flipped": -right.advantages,
+        "zeroed": right.advantages * 0,
+        "misaligned": grpo.broadcast(grpo.group_advantages(batch().rewards.roll(1), batch().groups), right),
+        "greedy": right.advantages,
+    }[fault]
+    assert torch.equal(planted.advantages, expected)
+    assert ALGOS["grpo"] is project_algo and train.load_learner is project_load
+
+
+def test_a_mystery_run_trains_with_its_fault_planted_and_a_default_configuration(monkeypatch):
+    import train
+    from algos import ALGOS
+    from exercises import faults
+
+    seen = {}
+
+    def fake_train(cfg):
+        seen["plant active"] = ALGOS["grpo"] is not project
+        seen["cfg"] = cfg
+        return {}
+
+    project = ALGOS["grpo"]
+    monkeypatch.setattr(train, "train", fake_train)
+    faults.run("A")
+    assert seen["plant active"] and ALGOS["grpo"] is project
+    cfg, default = seen["cfg"], train.Config()
+    assert cfg.out == "runs/fault_A" and (cfg.temperature, cfg.lr, cfg.algo) == (
+        default.temperature,
+        default.lr,
+        "grpo",
+    )
