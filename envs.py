@@ -178,6 +178,13 @@ BABYAI_HORIZON_LEVELS = [10, 11, 14]
 # PickupDistDebug, levels 5 and 20, where the mission names one of several objects (by colour and
 # type, or by one of them).
 BABYAI_MISSION_LEVELS = [5, 20]
+# A ScalingInter set where the horizon binds both ways (docs/scaling_inter/tasks.md,
+# benchmarks/horizon_tasks.py): GoToRedBlueBall, GoToSeqS5R2, UnlockLocalDist and
+# OpenRedBlueDoorsDebug, levels 9, 8, 25 and 15, whose expert solutions take a median of 1, 4, 5
+# and 7 of the server's actions (p90 3, 8, 11, 9; the set's p90 9). Short horizon 3 (the expert
+# solves 42% of the set within it, none of OpenRedBlueDoorsDebug), long 18 (2x the set's p90, where
+# gains saturate: arXiv 2510.01132). Val seeds 10200-10499, test 10000-10199: 800 test tasks.
+BABYAI_BINDS_LEVELS = [9, 8, 25, 15]
 
 ENVS: dict[str, EnvSpec] = {
     "babyai": EnvSpec(
@@ -192,6 +199,9 @@ ENVS: dict[str, EnvSpec] = {
             "mission-test": babyai_tasks(BABYAI_MISSION_LEVELS, range(10000, 10200)),
             "all-train": babyai_tasks(list(range(1, 41)), range(0, 10000)),
             "all-test": babyai_tasks(list(range(1, 41)), range(10000, 10010)),
+            "binds-train": babyai_tasks(BABYAI_BINDS_LEVELS, range(0, 10000)),
+            "binds-val": babyai_tasks(BABYAI_BINDS_LEVELS, range(10200, 10500)),
+            "binds-test": babyai_tasks(BABYAI_BINDS_LEVELS, range(10000, 10200)),
         },
         instruction=(
             "You are an agent in a grid world. Each turn you see the objects in view, what is in "

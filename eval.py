@@ -398,7 +398,8 @@ def sweep_horizons(
 ) -> list[dict]:
     """Test-time interaction scaling (AgentGym-RL's figure of success vs interaction turns): the
     same policy and tasks evaluated at several turn limits. One summary per horizon, with
-    `horizon` and the share of episodes the limit cut (`cut_share`) added."""
+    `horizon`, the share of episodes the limit cut (`cut_share`) and each task's success
+    (`task_success`, averaged over its samples) added."""
     rows = []
     for h in horizons:
         summary, trajs = evaluate(
@@ -406,6 +407,11 @@ def sweep_horizons(
         )
         summary["horizon"] = h
         summary["cut_share"] = float(np.mean([not t.done and t.turns >= h for t in trajs])) if trajs else 0.0
+        per_task: dict[str, list[float]] = {}  # for comparisons paired over tasks
+        for t in trajs:
+            if not t.error:
+                per_task.setdefault(str(t.task), []).append(float(t.success))
+        summary["task_success"] = {task: float(np.mean(v)) for task, v in per_task.items()}
         rows.append(summary)
     return rows
 

@@ -1,12 +1,13 @@
 """ScalingInter-RL, measured: fixed-short vs fixed-long vs staged vs adaptive horizon schedules on a
-task set where the horizon matters (AgentGym-RL, section 4 and its figures on the schedule).
+task set where the horizon binds both ways (AgentGym-RL, section 4 and its figures on the schedule).
 
-Every run is `train.train(Config(...))` on BabyAI's `horizon-train` split (GoToDoor, GoToObjDoor,
-OpenDoorLoc; envs.py), with the same algorithm (GRPO), learning rate, batch and seeds; only the
-horizon schedule differs:
+Every run is `train.train(Config(...))` on BabyAI's `binds-train` split (GoToRedBlueBall,
+GoToSeqS5R2, UnlockLocalDist, OpenRedBlueDoorsDebug; envs.py), whose expert solutions take 1 to 10
+of the server's actions (docs/scaling_inter/tasks.md, benchmarks/horizon_tasks.py), with the same
+algorithm (GRPO), learning rate, batch and seeds; only the horizon schedule differs:
 
-    fixed-short  h = SHORT every step
-    fixed-long   h = LONG every step
+    fixed-short  h = SHORT (3: the expert solves 42% of the set within it) every step
+    fixed-long   h = LONG (18: twice the set's 90th-percentile solution length) every step
     staged       SHORT -> MID -> LONG, steps split in three equal stages (the paper's schedule)
     adaptive     the same ladder, lengthened when many episodes are cut and success plateaus
                  (scaling_inter.Adaptive)
@@ -17,13 +18,17 @@ of how many turns an episode may use, at the same number of RL samples). A short
 spends fewer environment turns and generated tokens per episode; the table reports the turns each
 schedule used, so the cheaper schedules' saving is visible rather than hidden.
 
-Every schedule is evaluated on held-out tasks (`horizon-test`, seeds never trained on) at the LONG
-horizon every `--eval-every` steps, and its final model at several test-time turn limits
-(`eval.sweep_horizons`: the paper's test-time interaction scaling). Writes to --out:
-`table.md` (mean +- standard error over seeds), `curves.png` (held-out success, training success,
-mean turns, share cut by the horizon vs step; one line per schedule), `sweep.png`, `results.json`.
-Runs already finished (their summary.json exists) are reused, so an interrupted study continues,
-and several processes can share one --out (e.g. one per seed) and a last call writes the report.
+Every schedule is evaluated on the same held-out tasks (`binds-test`, seeds never trained on) at
+the LONG horizon every `--eval-every` steps, and its final model on `--sweep-episodes` held-out
+tasks at several test-time turn limits (`eval.sweep_horizons`: the paper's test-time interaction
+scaling), the last of which (LONG) is the final comparison: paired over tasks between schedules
+(each task's success averaged over the seeds, the standard error over tasks). Writes to --out:
+`table.md` (mean +- standard error over seeds, then the paired differences), `curves.png`
+(held-out success and the mechanisms per step: training success, turns, share cut by the horizon,
+flat groups, advantage spread, gradient norm, KL, entropy; one line per schedule, a band of one
+standard error over seeds), `sweep.png`, `results.json`. Runs already finished (their
+summary.json exists) are reused, so an interrupted study continues, and several processes can
+share one --out (e.g. one per seed) and a last call writes the report.
 
     python benchmarks/scaling_inter_study.py                  # docs/scaling-inter.md's configuration
     python benchmarks/scaling_inter_study.py --quick          # a smoke test (CI)
@@ -122,18 +127,15 @@ def load_run(out: str) -> dict:
     rows = [json.loads(x) for x in open(os.path.join(out, "metrics.jsonl"))]
     summary = json.load(open(os.path.join(out, "summary.json")))
     sweep = json.load(open(os.path.join(out, "sweep", "sweep.json")))["sweep"]
-    final = os.path.join(out, "eval_after", "trajectories.jsonl")
-    per_task: dict = {}  # held-out task -> its episodes' successes at the end of training
-    for rec in map(json.loads, open(final)) if os.path.exists(final) else []:
-        if not rec.get("error"):
-            per_task.setdefault(rec["task"], []).append(float(rec["success"]))
+
     # held-out success vs step: step 0 is eval_before, then every eval_every steps, the last eval_after
     held = (
         [(0, summary["eval_before"]["success_rate"])]
         + [(r["step"], r["eval/success"]) for r in rows if "eval/success" in r]
         + [(rows[-1]["step"], summary["eval_after"]["success_rate"])]
     )
-    tasks = {t: statistics.mean(v) for t, v in per_task.items()}
+    # held-out task -> the final model's success on it at the long horizon (the sweep's last row)
+    tasks = sweep[-1].get("task_success", {})
     return {"rows": rows, "summary": summary, "sweep": sweep, "held": held, "tasks": tasks}
 
 
@@ -157,8 +159,9 @@ def paired_table(runs: dict) -> list[str]:
     names = list(runs)
     lines = [
         "",
-        "Final held-out success, row minus column, paired over the held-out tasks (each task's success "
-        "averaged over the seeds; ± its standard error over tasks; ** beyond 2 standard errors):",
+        "Final held-out success at the sweep's last horizon, row minus column, paired over the "
+        "held-out tasks (each task's success averaged over the seeds; ± its standard error over tasks; "
+        "** beyond 2 standard errors):",
         "",
         "| | " + " | ".join(names) + " |",
         "|---" * (len(names) + 1) + "|",
@@ -312,24 +315,28 @@ def plot(args, runs: dict):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--schedules", default=",".join(SCHEDULES))
-    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--seeds", default="0,1,2,3,4")
     p.add_argument(
-        "--steps", type=int, default=16, help="training steps per run (the same for every schedule)"
+        "--steps", type=int, default=100, help="training steps per run (the same for every schedule)"
     )
     p.add_argument("--tasks-per-step", type=int, default=4)
-    p.add_argument("--group-size", type=int, default=4)
+    p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--short", type=int, default=3, help="fixed-short's horizon, the ladder's first")
-    p.add_argument("--mid", type=int, default=5, help="the ladder's middle horizon")
+    p.add_argument("--mid", type=int, default=8, help="the ladder's middle horizon")
     p.add_argument(
-        "--long", type=int, default=8, help="fixed-long's horizon, the ladder's last, the eval horizon"
+        "--long", type=int, default=18, help="fixed-long's horizon, the ladder's last, the eval horizon"
     )
-    p.add_argument("--window", type=int, default=3, help="the adaptive schedule's W")
-    p.add_argument("--eval-episodes", type=int, default=45, help="held-out tasks per evaluation")
-    p.add_argument("--eval-every", type=int, default=8)
-    p.add_argument("--sweep", default="1,2,4,8,16", help="test-time max turns for each final model")
-    p.add_argument("--sweep-episodes", type=int, default=45)
-    p.add_argument("--train-split", default="horizon-train")
-    p.add_argument("--test-split", default="horizon-test")
+    p.add_argument("--window", type=int, default=5, help="the adaptive schedule's W")
+    p.add_argument("--eval-episodes", type=int, default=100, help="held-out tasks per evaluation in training")
+    p.add_argument("--eval-every", type=int, default=20)
+    p.add_argument(
+        "--sweep",
+        default="3,8,18",
+        help="test-time max turns for each final model (the last: the paired one)",
+    )
+    p.add_argument("--sweep-episodes", type=int, default=300, help="held-out tasks of the final evaluation")
+    p.add_argument("--train-split", default="binds-train")
+    p.add_argument("--test-split", default="binds-test")
     p.add_argument("--out", default="runs/scaling_inter_study")
     p.add_argument("--report-only", action="store_true", help="only aggregate the finished runs")
     p.add_argument("--quick", action="store_true", help="a smoke test: 1 seed, 2 steps, tiny batches")
