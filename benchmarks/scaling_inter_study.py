@@ -154,6 +154,39 @@ def paired(a: list[dict], b: list[dict]) -> tuple[float, float, int] | None:
     return statistics.mean(d), statistics.stdev(d) / math.sqrt(len(d)), len(d)
 
 
+MECHANISMS = [  # (metric, its name in the table)
+    ("charts/success", "training success"),
+    ("charts/cut_share", "cut by the horizon"),
+    ("signals/flat_groups", "flat groups"),
+    ("signals/adv_std", "advantage spread"),
+    ("losses/grad_norm", "gradient norm"),
+    ("losses/kl", "KL to the reference"),
+    ("losses/entropy", "entropy"),
+    ("charts/turns", "turns per episode"),
+]
+
+
+def mechanisms_table(runs: dict, n: int) -> list[str]:
+    """Each learning signal per schedule over the first n and the last n steps (mean over those
+    steps, then mean ± standard error over the seeds): what differs between schedules, and when."""
+    lines = [
+        "",
+        f"The mechanisms: each signal's mean over the first {n} and the last {n} steps (mean ± standard "
+        "error over the seeds):",
+        "",
+        "| schedule | " + " | ".join(f"{name}, first | last" for _, name in MECHANISMS) + " |",
+        "|---" * (1 + 2 * len(MECHANISMS)) + "|",
+    ]
+    for s, rs in runs.items():
+        cells = [s]
+        for key, _ in MECHANISMS:
+            for part in (slice(0, n), slice(-n, None)):
+                vals = [[r[key] for r in run["rows"][part] if key in r] for run in rs]
+                cells.append(fmt([statistics.mean(v) for v in vals if v]))
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def paired_table(runs: dict) -> list[str]:
     """Every pair of schedules: the paired difference (row minus column) in final held-out success."""
     names = list(runs)
@@ -226,7 +259,7 @@ def report(args, schedules: list[str], seeds: list[int]):
             + " | ".join(f"{r['success_rate']:.3f}" for r in start)
             + " |"
         )
-    table = "\n".join(lines + paired_table(runs)) + "\n"
+    table = "\n".join(lines + paired_table(runs) + mechanisms_table(runs, last)) + "\n"
     print(table)
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(table)
