@@ -134,23 +134,26 @@ def load_run(out: str) -> dict:
         + [(r["step"], r["eval/success"]) for r in rows if "eval/success" in r]
         + [(rows[-1]["step"], summary["eval_after"]["success_rate"])]
     )
-    # held-out task -> the final model's success on it at the long horizon (the sweep's last row)
-    tasks = sweep[-1].get("task_success", {})
-    return {"rows": rows, "summary": summary, "sweep": sweep, "held": held, "tasks": tasks}
+    # test-time horizon -> {held-out task -> the final model's success on it}
+    tasks_at = {row["horizon"]: row.get("task_success", {}) for row in sweep}
+    return {"rows": rows, "summary": summary, "sweep": sweep, "held": held, "tasks_at": tasks_at}
 
 
-def paired(a: list[dict], b: list[dict]) -> tuple[float, float, int] | None:
-    """Schedule a minus schedule b in final held-out success, paired over tasks: per held-out task,
+def paired(a: list[dict], b: list[dict], horizon: int) -> tuple[float, float, int] | None:
+    """Schedule a minus schedule b in final held-out success at test-time `horizon`, paired over
+    tasks: per held-out task,
     each schedule's success averaged over its seeds, then the mean of the per-task differences and
     its standard error (sample std / sqrt(tasks)). Pairing removes the tasks' own difficulty,
     which dominates the noise of an unpaired comparison."""
-    common = set.intersection(*[set(run["tasks"]) for run in a + b]) if a and b else set()
+    tasks = [run["tasks_at"].get(horizon, {}) for run in a + b]
+    common = set.intersection(*map(set, tasks)) if a and b else set()
     if len(common) < 2:
         return None
-    d = [
-        statistics.mean(run["tasks"][t] for run in a) - statistics.mean(run["tasks"][t] for run in b)
-        for t in sorted(common)
-    ]
+
+    def success(runs, t):
+        return statistics.mean(run["tasks_at"][horizon][t] for run in runs)
+
+    d = [success(a, t) - success(b, t) for t in sorted(common)]
     return statistics.mean(d), statistics.stdev(d) / math.sqrt(len(d)), len(d)
 
 
@@ -187,26 +190,40 @@ def mechanisms_table(runs: dict, n: int) -> list[str]:
     return lines
 
 
-def paired_table(runs: dict) -> list[str]:
-    """Every pair of schedules: the paired difference (row minus column) in final held-out success."""
-    names = list(runs)
+def paired_table(runs: dict, horizons: list[int]) -> list[str]:
+    """Every pair of schedules: the paired difference (row minus column) in final held-out success
+    at the sweep's last horizon; then each pair at every test-time horizon of the sweep."""
+
+    def cell(a, b, h):
+        p = paired(runs[a], runs[b], h)
+        if p is None:
+            return "-"
+        mark = "**" if abs(p[0]) > 2 * p[1] else ""
+        return f"{mark}{100 * p[0]:+.1f} ± {100 * p[1]:.1f}{mark}"
+
+    names, last = list(runs), horizons[-1]
     lines = [
         "",
-        "Final held-out success at the sweep's last horizon, row minus column, paired over the "
-        "held-out tasks (each task's success averaged over the seeds; ± its standard error over tasks; "
+        f"Final held-out success at h={last}, row minus column, paired over the held-out tasks "
+        "(each task's success averaged over the seeds; ± its standard error over tasks; "
         "** beyond 2 standard errors):",
         "",
         "| | " + " | ".join(names) + " |",
         "|---" * (len(names) + 1) + "|",
     ]
     for a in names:
-        cells = []
-        for b in names:
-            p = paired(runs[a], runs[b]) if a != b else None
-            mark = "**" if p and abs(p[0]) > 2 * p[1] else ""
-            cells.append("-" if p is None else f"{mark}{100 * p[0]:+.1f} ± {100 * p[1]:.1f}{mark}")
-        lines.append(f"| {a} | " + " | ".join(cells) + " |")
-    n_tasks = {len(run["tasks"]) for rs in runs.values() for run in rs}
+        lines.append(f"| {a} | " + " | ".join("-" if a == b else cell(a, b, last) for b in names) + " |")
+    lines += [
+        "",
+        "The same differences at every test-time horizon of the sweep:",
+        "",
+        "| pair | " + " | ".join(f"h={h}" for h in horizons) + " |",
+        "|---" * (len(horizons) + 1) + "|",
+    ]
+    for i, a in enumerate(names):
+        for b in names[:i]:
+            lines.append(f"| {a} − {b} | " + " | ".join(cell(a, b, h) for h in horizons) + " |")
+    n_tasks = {len(run["tasks_at"][last]) for rs in runs.values() for run in rs}
     lines.append(f"\n(points; {', '.join(map(str, sorted(n_tasks)))} held-out tasks per run)")
     return lines
 
@@ -259,7 +276,7 @@ def report(args, schedules: list[str], seeds: list[int]):
             + " | ".join(f"{r['success_rate']:.3f}" for r in start)
             + " |"
         )
-    table = "\n".join(lines + paired_table(runs) + mechanisms_table(runs, last)) + "\n"
+    table = "\n".join(lines + paired_table(runs, horizons) + mechanisms_table(runs, last)) + "\n"
     print(table)
     with open(os.path.join(args.out, "table.md"), "w") as f:
         f.write(table)
@@ -341,7 +358,7 @@ def plot(args, runs: dict):
     evaluation.plot_sweep(
         mean_rows,
         os.path.join(args.out, "sweep.png"),
-        "held-out success vs test-time max turns (mean over seeds)",
+        "held-out success, mean over seeds",
     )
 
 
