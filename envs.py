@@ -141,7 +141,9 @@ def textcraft_actions(observation: str, episode_actions: list[str] | None) -> li
 class EnvSpec:
     name: str
     module: str  # the server, run as `python -m <module>`
-    splits: dict[str, list[int]]  # named task ids (data_idx); "train" and "test" never overlap
+    # named task ids (data_idx): "train", "val" (every choice is made on it) and "test" (reported
+    # once), pairwise disjoint; a subset "<name>-train" comes with "<name>-val" and "<name>-test"
+    splits: dict[str, list[int]]
     instruction: str  # the system prompt: what the environment is and how to reply
     parse_action: Callable[[str], str] = action_after_last_tag
     # (thought, action) -> a reply in the format the instruction asks for, which `parse_action` (or
@@ -186,18 +188,25 @@ BABYAI_MISSION_LEVELS = [5, 20]
 # gains saturate: arXiv 2510.01132). Val seeds 10200-10499, test 10000-10199: 800 test tasks.
 BABYAI_BINDS_LEVELS = [9, 8, 25, 15]
 
+SPLIT_OF_FIVE = {"train": (0, 1, 2), "val": (3,), "test": (4,)}  # task i's split by i % 5
+
 ENVS: dict[str, EnvSpec] = {
     "babyai": EnvSpec(
         name="babyai",
         module="servers.babyai",
         splits={
+            # every set: seeds 0-9999 train, 10200-10299 validate (choose on), 10000-10199 test
             "train": babyai_tasks(BABYAI_DEMO_LEVELS, range(0, 10000)),
+            "val": babyai_tasks(BABYAI_DEMO_LEVELS, range(10200, 10300)),
             "test": babyai_tasks(BABYAI_DEMO_LEVELS, range(10000, 10200)),
             "horizon-train": babyai_tasks(BABYAI_HORIZON_LEVELS, range(0, 10000)),
+            "horizon-val": babyai_tasks(BABYAI_HORIZON_LEVELS, range(10200, 10300)),
             "horizon-test": babyai_tasks(BABYAI_HORIZON_LEVELS, range(10000, 10200)),
             "mission-train": babyai_tasks(BABYAI_MISSION_LEVELS, range(0, 10000)),
+            "mission-val": babyai_tasks(BABYAI_MISSION_LEVELS, range(10200, 10300)),
             "mission-test": babyai_tasks(BABYAI_MISSION_LEVELS, range(10000, 10200)),
             "all-train": babyai_tasks(list(range(1, 41)), range(0, 10000)),
+            "all-val": babyai_tasks(list(range(1, 41)), range(10200, 10210)),
             "all-test": babyai_tasks(list(range(1, 41)), range(10000, 10010)),
             "binds-train": babyai_tasks(BABYAI_BINDS_LEVELS, range(0, 10000)),
             "binds-val": babyai_tasks(BABYAI_BINDS_LEVELS, range(10200, 10500)),
@@ -218,11 +227,14 @@ ENVS: dict[str, EnvSpec] = {
         module="servers.searchqa",
         # The offline fictional encyclopedia (servers/searchqa_data.py, seed 0): 3,000 questions,
         # question i has i % 3 + 1 hops; the last 600 ask only about entities no training
-        # question names. With real data (--qa), data_idx indexes its questions instead.
+        # question names. Questions 2100-2399 validate. With real data (--qa), data_idx indexes
+        # its questions instead.
         splits={
-            "train": list(range(0, 2400)),
+            "train": list(range(0, 2100)),
+            "val": list(range(2100, 2400)),
             "test": list(range(2400, 3000)),
-            "train-1hop": list(range(0, 2400, 3)),
+            "train-1hop": list(range(0, 2100, 3)),
+            "val-1hop": list(range(2100, 2400, 3)),
             "test-1hop": list(range(2400, 3000, 3)),
         },
         instruction=(
@@ -248,13 +260,10 @@ ENVS: dict[str, EnvSpec] = {
         module="servers.textcraft",
         # data_idx -> goal item, sorted by crafting depth (servers/textcraft.py GOALS, 544 items):
         # depth 1 is 0-124, depth 2 125-415, depth 3 416-532, depth 4 533-543 (counted from GOALS;
-        # tests/test_textcraft.py checks these numbers). Every 5th goal is held out for testing.
-        splits={
-            "train": [i for i in range(544) if i % 5 != 4],
-            "test": [i for i in range(544) if i % 5 == 4],
-            "depth1-train": [i for i in range(125) if i % 5 != 4],
-            "depth1-test": [i for i in range(125) if i % 5 == 4],
-        },
+        # tests/test_textcraft.py checks these numbers). Of every 5 goals, the 4th validates
+        # and the 5th is held out for testing.
+        splits={split: [i for i in range(544) if i % 5 in r] for split, r in SPLIT_OF_FIVE.items()}
+        | {f"depth1-{split}": [i for i in range(125) if i % 5 in r] for split, r in SPLIT_OF_FIVE.items()},
         instruction=(
             "You are given a few crafting commands (Minecraft recipes) and a goal item to craft. "
             "Each turn, reply with one command, as `Action: <command>`. The commands are "
@@ -274,7 +283,8 @@ ENVS: dict[str, EnvSpec] = {
         # ScienceWorld's own train/dev/test variations as data_idx [start, stop) ranges, one per
         # task, over AgentGym's flat list of 4,639 (task, variation) pairs (servers/sciworld.py
         # GAMES); printed by `python -m servers.sciworld --splits`, which reads its TASKS table
-        # (checked against the jar by tests/test_sciworld.py). No test variation is trained on.
+        # (checked against the jar by tests/test_sciworld.py). No test variation is trained on;
+        # "val" is ScienceWorld's dev.
         splits={
             split: [i for a, b in ranges for i in range(a, b)]
             for split, ranges in {
@@ -303,7 +313,7 @@ ENVS: dict[str, EnvSpec] = {
                     (4615, 4621),
                     (4629, 4633),
                 ],
-                "dev": [
+                "val": [
                     (14, 21),
                     (44, 51),
                     (74, 81),
@@ -363,6 +373,7 @@ ENVS: dict[str, EnvSpec] = {
             f"find-{split}": [i for group in zip(*(range(a, b) for a, b in ranges)) for i in group]
             for split, ranges in {
                 "train": [(2936, 3086), (3236, 3386), (3536, 3686), (3836, 3986)],
+                "val": [(3086, 3161), (3386, 3461), (3686, 3761), (3986, 4061)],
                 "test": [(3161, 3236), (3461, 3536), (3761, 3836), (4061, 4136)],
             }.items()
         },
@@ -387,8 +398,9 @@ ENVS: dict[str, EnvSpec] = {
         name="webarena",
         module="servers.webarena",
         # data_idx indexes the 35 offline tasks of servers/webarena_tasks/ sorted by task_id (shop
-        # and forum; string, URL and page-content evaluators); every fifth is held out for testing.
-        splits={"train": [i for i in range(35) if i % 5 != 4], "test": [i for i in range(35) if i % 5 == 4]},
+        # and forum; string, URL and page-content evaluators); of every five, the 4th validates and
+        # the 5th is held out for testing.
+        splits={split: [i for i in range(35) if i % 5 in r] for split, r in SPLIT_OF_FIVE.items()},
         instruction=(  # WebArena's system prompt (Zhou et al., 2023), shortened
             "You are an autonomous intelligent agent tasked with navigating a web browser. You will be "
             "given web-based tasks. Each turn you see the open tabs, the current page's accessibility "

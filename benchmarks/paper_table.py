@@ -1,27 +1,38 @@
-"""The paper's main table at 135M on a CPU: per environment, expert -> base SmolLM2 -> behaviour
-cloning (SFT, plus one DAgger round where it helps the format) -> GRPO on top, in the paper's
-setting (free generation, AgentGym's parser, the whole conversation). docs/paper-table.md holds the
-measured table and what it says.
+"""The paper's main table at 135M on a CPU, compared honestly: per environment, expert -> base
+SmolLM2 -> behaviour cloning (SFT, then DAgger rounds) -> GRPO from the best imitation checkpoint,
+in the paper's setting (free generation, AgentGym's parser, the whole conversation).
+docs/paper-table.md holds the measured table and what it says.
+
+Every choice is made on a validation split, every figure reported on test tasks nothing was tuned
+on (envs.py: each environment's train / val / test):
+
+- the imitation checkpoints (SFT and each DAgger round) are evaluated on validation tasks x 8
+  samples; the best of them (success, or SciWorld's score) is RL's start **and the baseline**;
+  that evaluation also gives its headroom, pass@1 against pass@8 (RL with an outcome reward
+  mostly turns pass@k into pass@1);
+- RL runs from it at every seed (default 3); its evaluations during training are on validation;
+- every checkpoint of the row (base, each imitation checkpoint, each RL seed) is then evaluated
+  once on the same test episodes (the same tasks x samples at the same evaluation seed), and the
+  gain is RL minus the best imitation checkpoint, paired over the test tasks (each task's figure
+  averaged over its samples and the RL seeds) +- its standard error over tasks.
 
 One command per row; each stage is one of the project's own commands, printed before it runs, and
 skipped when its output exists (an interrupted recipe continues where it stopped):
 
-    python benchmarks/paper_table.py --env babyai                 # demos, base, SFT, DAgger, RL x 2 seeds
+    python benchmarks/paper_table.py --env babyai                 # demos ... RL x 3 seeds, test
     python benchmarks/paper_table.py --env searchqa --seeds 0     # one seed
-    python benchmarks/paper_table.py --env textcraft --dagger 32,64 --seeds ""   # two DAgger rounds, no RL
+    python benchmarks/paper_table.py --env textcraft --dagger 32,64 --seeds ""   # imitation only
     python benchmarks/paper_table.py --env textcraft --demos 256 --seeds ""      # SFT on 256 demonstrations
     python benchmarks/paper_table.py --env sciworld --rl-steps 16                 # 16 RL steps, not 8
     python benchmarks/paper_table.py --table                      # the table from what is in --root
 
-Stages (under --root/<env>/): demos/ (the expert on the train split, eval.py --expert on),
-base/ (SmolLM2 before anything), sft/ (sft.py on the first N successful demonstrations),
-dagger_policy/ + dagger/ + sft2/ (a DAgger round: the SFT policy's own train episodes, relabelled
-by the expert, then one more epoch on the demonstrations and every round's labels; a second round
-writes dagger2_policy/ + dagger2/ + sft3/; RECIPES[env]["dagger"]), rl_s<seed>/ (train.py from the last SFT
-checkpoint; its eval_before is the SFT row, its eval_after the RL row, on the same test tasks), and
-where a recipe has `wide`, sft_wide/ and rl_s<seed>_wide/ (eval.py: the last SFT checkpoint and each
-RL checkpoint on more test episodes, the same ones for all: a second row, less noisy than RL's own).
-Each stage's wall time goes to times.json.
+Stages (under --root/<env>/): demos/ (the expert on the train split, eval.py --expert on), sft/
+(sft.py on the first N successful demonstrations), dagger_policy/ + dagger/ + sft2/ (a DAgger
+round: the last checkpoint's own train episodes, relabelled by the expert, then one more epoch on
+the demonstrations and every round's labels; a second round writes dagger2_policy/ + dagger2/ +
+sft3/; RECIPES[env]["dagger"]), val_<checkpoint>/ (eval.py on validation), rl_s<seed>/ (train.py
+from the best), test_<checkpoint>/ (eval.py on the test episodes; test_base/ is SmolLM2 before
+anything, test_rl_s<seed>/ an RL run's final model). Each stage's wall time goes to times.json.
 """
 
 import argparse
@@ -40,42 +51,48 @@ sys.path.insert(0, ROOT)
 
 FREE = "--mask-actions off --context-turns 0 --max-new-tokens 64"
 
-# per environment: expert episodes written, demonstrations trained on, test tasks evaluated, the
-# RL horizon (--rounds: one value fixed, several ScalingInter-RL's stages sharing the steps evenly),
-# the train tasks of each DAgger round (consecutive slices of the train split, or of `dagger_split`,
-# wrapping around to its start: a later round revisits its tasks with the newer policy), RL steps (default 8),
-# the environment instances in flight outside RL (each a JVM or a browser), and the splits.
+# per environment: expert episodes written, demonstrations trained on, the RL horizon (--rounds: one
+# value fixed, several ScalingInter-RL's stages sharing the steps evenly), the train tasks of each
+# DAgger round (consecutive slices of `rl_train`, wrapping around to its start: a later round
+# revisits its tasks with the newer policy), RL steps (default 8), the environment instances in
+# flight outside RL (each a JVM or a browser); the splits (`train`: the expert's demonstrations,
+# `rl_train`: DAgger's and RL's tasks, default `train`) and the evaluations as (tasks, samples):
+# `val` chooses the imitation checkpoint and gives pass@1 and pass@8; `test` is every checkpoint's
+# one reported evaluation (at least 100 episodes where the split has the tasks); `rl_eval` tasks
+# of val are evaluated at the start and end of each RL run.
 # SciWorld's whole tasks need 20-30 gold actions: its row is the easier slice of its four find-*
-# tasks (envs.py's find-train / find-test). TextCraft's RL draws depth-1 goals (`rl_splits`: its train
-# split is mostly depth 2-4, which 5 turns cannot craft: every group failed alike, no signal) and so do
-# its DAgger rounds (a third round on the next, deeper train goals taught nothing: docs/sft.md).
-# `wide` = (tasks, samples): the larger evaluation of the SFT and RL checkpoints, at seed 1 (20 tasks
-# once carry about ±11 points; TextCraft's depth-1 test goals, all 25 x 4 samples, about ±5).
+# tasks (envs.py's find-*). TextCraft's RL draws depth-1 goals (its train split is mostly depth 2-4,
+# which 5 turns cannot craft: every group failed alike, no signal) and so do its DAgger rounds (a
+# third round on the next, deeper train goals taught nothing: docs/sft.md). WebArena has 35
+# offline tasks in all (7 validate, 7 test): its evaluations cannot reach 100 distinct episodes.
 RECIPES = {
-    "babyai": dict(expert=80, demos=64, test=30, rounds="5", dagger=[32]),
+    "babyai": dict(expert=80, demos=64, rounds="5", dagger=[32], val=(32, 8), test=(100, 1)),
     "textcraft": dict(
         expert=80,
         demos=64,
-        test=20,
         rounds="5",
         dagger=[32],
-        dagger_split="depth1-train",
-        rl_splits=("depth1-train", "depth1-test"),
-        wide=(25, 4),
+        rl_train="depth1-train",
+        splits=("depth1-val", "depth1-test"),
+        val=(25, 8),
+        test=(25, 4),
     ),
-    "searchqa": dict(expert=80, demos=64, test=60, rounds="5", dagger=[], steps=16),
-    "webarena": dict(expert=28, demos=28, test=7, rounds="5", dagger=[28], parallel=4),
+    "searchqa": dict(expert=80, demos=64, rounds="5", dagger=[], steps=16, val=(32, 8), test=(100, 1)),
+    "webarena": dict(expert=21, demos=21, rounds="5", dagger=[21], parallel=4, val=(7, 4), test=(7, 4)),
     "sciworld": dict(
         expert=200,
         demos=160,
-        test=20,
         rounds="5,10",
         dagger=[],
         parallel=4,
-        train_split="find-train",
-        test_split="find-test",
+        train="find-train",
+        splits=("find-val", "find-test"),
+        val=(32, 8),
+        test=(100, 1),
     ),
 }
+SEEDS = "0,1,2"
+RL_EVAL = 20  # validation tasks each RL run evaluates before and after training
 
 # AgentGym-RL's headline table: Qwen2.5-7B base -> ScalingInter-7B (after RL), for orientation
 PAPER_7B = {
@@ -124,26 +141,32 @@ def recipe(env: str, root: str, seeds: list[int], extra: list[str]) -> None:
     r, d = RECIPES[env], os.path.join(root, env)
     os.makedirs(d, exist_ok=True)
     turns = r["rounds"].split(",")[-1]
-    train = r.get("train_split", "train")  # the expert's demonstrations and DAgger's states
-    rl_train, test = r.get("rl_splits", (train, r.get("test_split", "test")))
+    train = r.get("train", "train")
+    rl_train = r.get("rl_train", train)
+    val, test = r.get("splits", ("val", "test"))
     sft = "--batch-size 8 --lr 1e-4 --mask-actions off --context-turns 0"
     inflight = r.get("parallel", 64)  # environment instances at once in the expert's and DAgger's stages
+
+    def evaluate(name: str, model: str, split: str, episodes: tuple[int, int]) -> None:
+        tasks, samples = episodes  # the same tasks x samples at evaluation seed 1 for every model
+        where = f"--split {split} --limit {tasks} --n-samples {samples} --seed 1 --horizon {turns}"
+        stage(d, name, f"eval.py --model {model} --env {env} {where} {FREE} --out {d}/{name}", extra)
+
     expert = f"--expert on --split {train} --limit {r['expert']} --parallel {inflight}"
     stage(d, "demos", f"eval.py --env {env} {expert} --out {d}/demos")
-    stage(d, "base", f"eval.py --model smollm2 --env {env} --split {test} --limit {r['test']} "
-                     f"--horizon {turns} {FREE} --out {d}/base", extra)  # fmt: skip
     stage(d, "sft", f"sft.py --model smollm2 --env {env} --data {d}/demos/trajectories.jsonl "
                     f"--demos {r['demos']} --epochs 3 {sft} --out {d}/sft", extra)  # fmt: skip
-    start = f"{d}/sft/checkpoint"
+    imitation = ["sft"]  # the imitation checkpoints, in order
     labels = [f"{d}/demos/first.jsonl"]  # DAgger's aggregate: every round trains on all labels so far
     if r["dagger"]:
         first_successes(f"{d}/demos/trajectories.jsonl", labels[0], r["demos"])
-    pool = split_ids(env, r.get("dagger_split", train))
+    pool = split_ids(env, rl_train)
     for k, n in enumerate(r["dagger"], start=1):  # round k: the last checkpoint's own episodes on the
         name = "dagger" if k == 1 else f"dagger{k}"  # next n train tasks, labelled by the expert
         first = sum(r["dagger"][: k - 1])
         ids = ",".join(str(pool[(first + j) % len(pool)]) for j in range(min(n, len(pool))))
-        policy = f"eval.py --model {start} --env {env} --task-ids {ids} --parallel {inflight}"
+        last = f"{d}/{imitation[-1]}/checkpoint"
+        policy = f"eval.py --model {last} --env {env} --task-ids {ids} --parallel {inflight}"
         stage(d, f"{name}_policy", f"{policy} --horizon {turns} {FREE} --out {d}/{name}_policy", extra)
         relabel = (
             f"sft.py --env {env} --relabel {d}/{name}_policy/trajectories.jsonl --out {d}/{name} "
@@ -151,29 +174,56 @@ def recipe(env: str, root: str, seeds: list[int], extra: list[str]) -> None:
         )
         stage(d, name, relabel, done=f"{d}/{name}/trajectories.jsonl")
         labels.append(f"{d}/{name}/trajectories.jsonl")
-        stage(d, f"sft{k + 1}", f"sft.py --model {start} --env {env} --epochs 1 {sft} --out {d}/sft{k + 1} "
+        stage(d, f"sft{k + 1}", f"sft.py --model {last} --env {env} --epochs 1 {sft} --out {d}/sft{k + 1} "
                                 f"--data {','.join(labels)}", extra)  # fmt: skip
-        start = f"{d}/sft{k + 1}/checkpoint"
+        imitation.append(f"sft{k + 1}")
+    for name in imitation:  # choose on validation: the best imitation checkpoint is RL's start
+        evaluate(f"val_{name}", f"{d}/{name}/checkpoint", val, r["val"])
+    best = best_imitation(d, imitation, metric_of(env))
     steps = r.get("steps", 8)
     per_stage = steps // len(r["rounds"].split(","))  # ScalingInter-RL's stages share the steps evenly
     rl = (
-        f"train.py --model {start} --env {env} {FREE} --rounds {r['rounds']} --steps-per-stage {per_stage} "
-        f"--steps {steps} --tasks-per-step 4 --group-size 4 --minibatch-size 16 --micro-batch-size 8 "
-        f"--lora-rank 16 --kl-coef 0 --lr 1e-4 --train-split {rl_train} --test-split {test} "
-        f"--eval-episodes {r['test']}"
+        f"train.py --model {d}/{best}/checkpoint --env {env} {FREE} --rounds {r['rounds']} "
+        f"--steps-per-stage {per_stage} --steps {steps} --tasks-per-step 4 --group-size 4 "
+        f"--minibatch-size 16 --micro-batch-size 8 --lora-rank 16 --kl-coef 0 --lr 1e-4 "
+        f"--train-split {rl_train} --test-split {val} --eval-episodes {RL_EVAL}"
     )
     for seed in seeds:
         stage(d, f"rl_s{seed}", f"{rl} --seed {seed} --out {d}/rl_s{seed}", extra)
-    if r.get("wide") and seeds:
-        tasks, samples = r["wide"]
-        wide = (
-            f"--env {env} --split {test} --limit {tasks} --n-samples {samples} --seed 1 "
-            f"--horizon {turns} {FREE}"
-        )
-        stage(d, "sft_wide", f"eval.py --model {start} {wide} --out {d}/sft_wide", extra)
-        for seed in seeds:
-            name = f"rl_s{seed}_wide"
-            stage(d, name, f"eval.py --model {d}/rl_s{seed}/checkpoint {wide} --out {d}/{name}", extra)
+    # the test episodes, once per checkpoint, the same for all of them
+    evaluate("test_base", "smollm2", test, r["test"])
+    for name in imitation:
+        evaluate(f"test_{name}", f"{d}/{name}/checkpoint", test, r["test"])
+    for seed in seeds:
+        evaluate(f"test_rl_s{seed}", f"{d}/rl_s{seed}/checkpoint", test, r["test"])
+
+
+def metric_of(env: str) -> str:
+    """AgentGym scores SciWorld by its score (an episode's rewards sum to its final score / 100);
+    the others by success."""
+    return "reward" if env == "sciworld" else "success"
+
+
+def best_imitation(d: str, names: list[str], metric: str) -> str:
+    """The imitation checkpoint with the highest mean `metric` on validation (val_<name>/); a tie
+    goes to the earlier one (fewer training rounds)."""
+    scores = {name: mean_of(per_task(os.path.join(d, f"val_{name}"), metric)) for name in names}
+    return max(names, key=lambda name: (scores[name], -names.index(name)))
+
+
+def per_task(folder: str, metric: str) -> dict:
+    """task -> its episodes' mean `metric` in an evaluation's trajectories.jsonl (environment errors
+    left out, as eval.py's rates leave them out)."""
+    by_task = {}
+    for line in open(os.path.join(folder, "trajectories.jsonl")):
+        episode = json.loads(line)
+        if not episode.get("error"):
+            by_task.setdefault(episode["task"], []).append(float(episode[metric]))
+    return {task: statistics.mean(xs) for task, xs in by_task.items()}
+
+
+def mean_of(task_figures: dict) -> float:
+    return statistics.mean(task_figures.values()) if task_figures else 0.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -194,90 +244,111 @@ def valid_share(path: str) -> tuple[int, int]:
     return valid_replies(read_records(path)) if os.path.exists(path) else (0, 0)
 
 
-def row(env: str, root: str) -> dict | None:
-    """One environment's measured figures, from what its recipe left in <root>/<env>/."""
-    d = os.path.join(root, env)
-    runs = sorted(n for n in os.listdir(d) if re.fullmatch(r"rl_s\d+", n)) if os.path.isdir(d) else []
-    runs = [n for n in runs if os.path.exists(os.path.join(d, n, "summary.json"))]
-    if not runs:
+def summary_of(d: str, name: str) -> dict | None:
+    path = os.path.join(d, name, "summary.json")
+    return json.load(open(path)) if os.path.exists(path) else None
+
+
+def paired_gain(rl: list[dict], base: dict) -> tuple[float, float, int] | None:
+    """RL minus `base` paired over the test tasks both have: per task, RL's figure averaged over the
+    seeds minus the base's; the mean of those differences and its standard error (std / sqrt(tasks))."""
+    tasks = sorted(set(base).intersection(*rl)) if rl else []
+    if len(tasks) < 2:
         return None
-    summaries = [json.load(open(os.path.join(d, n, "summary.json"))) for n in runs]
-    # AgentGym scores SciWorld by its score: the rewards of an episode sum to its final score / 100
-    metric = "avg_reward" if env == "sciworld" else "success_rate"
-    valid = {}
-    for when in ("eval_before", "eval_after"):
-        counts = [valid_share(os.path.join(d, n, when, "trajectories.jsonl")) for n in runs]
-        valid[when] = (sum(c[0] for c in counts), sum(c[1] for c in counts))
+    diffs = [statistics.mean(seed[t] for seed in rl) - base[t] for t in tasks]
+    return statistics.mean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs)), len(diffs)
 
-    def one(sub: str) -> str:
-        """A single evaluation's figure in points, with its episodes where they are not the test's."""
-        path = os.path.join(d, sub, "summary.json")
-        if not os.path.exists(path):
-            return "-"
-        s = json.load(open(path))
-        n = "" if s["n_episodes"] == summaries[0]["eval_after"]["n_episodes"] else f" (n={s['n_episodes']})"
-        return f"{100 * s[metric]:.1f}{n}"
 
-    def wide(name: str) -> tuple[float, int, tuple[int, int]] | None:
-        """The `wide` evaluation of a checkpoint: (figure, episodes, valid replies), None if not run."""
-        path = os.path.join(d, f"{name}_wide")
-        if not os.path.exists(os.path.join(path, "summary.json")):
-            return None
-        s = json.load(open(os.path.join(path, "summary.json")))
-        return s[metric], s["n_episodes"], valid_share(os.path.join(path, "trajectories.jsonl"))
-
-    wides = [wide("sft")] + [wide(n) for n in runs]
-    times_path = os.path.join(d, "times.json")
-    times = json.load(open(times_path)) if os.path.exists(times_path) else {}
-    before = [s["eval_before"][metric] for s in summaries]
-    after = [s["eval_after"][metric] for s in summaries]
+def row(env: str, root: str) -> dict | None:
+    """One environment's measured figures, from what its recipe left in <root>/<env>/; None when no
+    imitation checkpoint has its test evaluation yet."""
+    d, metric = os.path.join(root, env), metric_of(env)
+    names = sorted(
+        (n for n in os.listdir(d) if re.fullmatch(r"sft\d*", n)) if os.path.isdir(d) else [],
+        key=lambda n: int(n[3:] or 1),
+    )
+    imitation = [n for n in names if summary_of(d, f"test_{n}") and summary_of(d, f"val_{n}")]
+    if not imitation:
+        return None
+    best = best_imitation(d, imitation, metric)
+    seeds = sorted(
+        (n.removeprefix("test_") for n in os.listdir(d) if re.fullmatch(r"test_rl_s\d+", n)),
+        key=lambda n: int(n[4:]),
+    )
+    seeds = [n for n in seeds if summary_of(d, f"test_{n}")]
+    test = {n: per_task(os.path.join(d, f"test_{n}"), metric) for n in ["base", *imitation, *seeds]
+            if summary_of(d, f"test_{n}")}  # fmt: skip
+    val = {n: per_task(os.path.join(d, f"val_{n}"), metric) for n in imitation}
+    head = summary_of(d, f"val_{best}")["pass_at_k"]
+    times = (
+        json.load(open(os.path.join(d, "times.json")))
+        if os.path.exists(os.path.join(d, "times.json"))
+        else {}
+    )
+    expert = summary_of(d, "demos")
     return dict(
-        tasks=summaries[0]["eval_after"]["n_tasks"],
-        expert=one("demos"),
-        base=one("base"),
-        sft=before,
-        rl=after,
-        gain=[a - b for a, b in zip(after, before)],
-        valid=valid,
-        rl_seconds=[times.get(n) for n in runs],
-        wide=wides if all(wides) else None,  # the SFT checkpoint's, then each seed's
+        episodes=summary_of(d, f"test_{best}")["n_episodes"],
+        expert=expert["success_rate"] if expert else None,
+        base=mean_of(test["base"]) if "base" in test else None,
+        imitation=[(n, mean_of(test[n]), mean_of(val[n])) for n in imitation],
+        best=best,
+        headroom=(head.get("1"), head.get("8")),
+        rl=[mean_of(test[n]) for n in seeds],
+        gain=paired_gain([test[n] for n in seeds], test[best]),
+        valid=(
+            valid_share(os.path.join(d, f"test_{best}", "trajectories.jsonl")),
+            tuple(
+                map(
+                    sum,
+                    zip(*[valid_share(os.path.join(d, f"test_{n}", "trajectories.jsonl")) for n in seeds]),
+                )
+            )
+            if seeds
+            else (0, 0),
+        ),
+        rl_seconds=[times.get(n) for n in seeds],
     )
 
 
 def table(root: str) -> str:
     head = (
-        "| environment (test tasks) | expert (train) | base SmolLM2 | SFT | SFT + RL | RL gain "
-        "| valid before -> after RL | RL time per seed | paper 7B base -> RL |\n"
-        "|---|---:|---:|---:|---:|---:|---|---|---|\n"
+        "| environment (test episodes) | expert (train) | base SmolLM2 | imitation on test (val) "
+        "| best imitation's pass@1 -> pass@8 (val) | SFT + RL, each seed | RL - best imitation, paired "
+        "| valid replies, best imitation -> RL | RL time per seed | paper 7B base -> RL |\n"
+        "|---|---:|---:|---|---|---|---|---|---|---|\n"
     )
     lines = []
     for env in RECIPES:
         f = row(env, root)
         if f is None:
             continue
+        pts = lambda x: "-" if x is None else f"{100 * x:.1f}"  # noqa: E731
         share = lambda c: f"{c[0]}/{c[1]} ({c[0] / c[1]:.2f})" if c[1] else "-"  # noqa: E731
+        imitation = ", ".join(
+            ("**" if n == f["best"] else "") + f"{n} {pts(t)} ({pts(v)})" + ("**" if n == f["best"] else "")
+            for n, t, v in f["imitation"]
+        )
+        gain = "-"
+        if f["gain"]:
+            m, se, n = f["gain"]
+            gain = f"{100 * m:+.1f} ± {100 * se:.1f} ({n} tasks)"
+        rl = ", ".join(pts(x) for x in f["rl"]) or "-"
+        if len(f["rl"]) > 1:
+            rl += f" (mean {mean_se(f['rl'])})"
         secs = ", ".join(f"{s / 60:.0f} min" for s in f["rl_seconds"] if s)
         paper = " -> ".join(f"{x:.2f}" for x in PAPER_7B[env])
         lines.append(
-            f"| {NAMES[env]} ({f['tasks']}) | {f['expert']} | {f['base']} | {mean_se(f['sft'])} "
-            f"| **{mean_se(f['rl'])}** | {mean_se(f['gain'])} | {share(f['valid']['eval_before'])} -> "
-            f"{share(f['valid']['eval_after'])} | {secs or '-'} | {paper} |"
+            f"| {NAMES[env]} ({f['episodes']}) | {pts(f['expert'])} | {pts(f['base'])} | {imitation} "
+            f"| {pts(f['headroom'][0])} -> {pts(f['headroom'][1])} | {rl} | {gain} "
+            f"| {share(f['valid'][0])} -> {share(f['valid'][1])} | {secs or '-'} | {paper} |"
         )
-        if f["wide"]:  # the same checkpoints on more episodes
-            (sft, n, sft_valid), rl = f["wide"][0], f["wide"][1:]
-            valid_after = tuple(sum(v[i] for _, _, v in rl) for i in (0, 1))
-            lines.append(
-                f"| {NAMES[env]} (the same checkpoints, {n} episodes) | | | {100 * sft:.1f} "
-                f"| **{mean_se([x for x, _, _ in rl])}** | {mean_se([x - sft for x, _, _ in rl])} "
-                f"| {share(sft_valid)} -> {share(valid_after)} | | |"
-            )
     return head + "\n".join(lines) + "\n"
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--env", choices=sorted(RECIPES), help="run this environment's recipe")
-    p.add_argument("--seeds", default="0,1", help="RL seeds (comma-separated; '': stop before RL)")
+    p.add_argument("--seeds", default=SEEDS, help="RL seeds (comma-separated; '': stop before RL)")
     p.add_argument("--root", default="runs/paper", help="where the stages write")
     p.add_argument(
         "--dagger", help="train tasks per DAgger round instead of the recipe's (e.g. 32,64; '': none)"

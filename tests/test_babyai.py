@@ -182,10 +182,20 @@ def test_render_field_is_the_real_minigrid_frame_at_every_answer(server):
     assert requests.get(server.url + "/render", params={"id": 9999}).status_code == 404
 
 
-def test_splits_never_overlap():
+def test_every_train_split_has_a_val_and_a_test_split_and_none_overlap():
+    """Choices are made on "val", figures reported on "test": each environment's train/val/test
+    (and each named subset's <name>-train/-val/-test) exist and are pairwise disjoint."""
     for spec in ENVS.values():
-        if "train" in spec.splits and "test" in spec.splits:
-            assert not set(spec.splits["train"]) & set(spec.splits["test"]), spec.name
+        trains = [n for n in spec.splits if n == "train" or n.endswith("-train")]
+        assert "train" in trains, spec.name
+        for train in trains:
+            prefix = train.removesuffix("train")
+            parts = [set(spec.splits[prefix + part]) for part in ("train", "val", "test")]
+            assert all(parts), (spec.name, prefix)
+            assert not parts[0] & parts[1] and not parts[0] & parts[2] and not parts[1] & parts[2], (
+                spec.name,
+                prefix,
+            )
 
 
 def test_a_crashed_server_is_restarted():

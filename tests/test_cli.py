@@ -21,9 +21,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN_BAD = [
     (["--algo", "foo"], "choose one of grpo, rloo, ppo, reinforce_pp, gigpo"),
     (["--env", "nope"], "choose one of babyai, searchqa, textcraft, sciworld, webarena"),
-    (["--train-split", "nope"], "babyai has the splits train, test"),
-    (["--test-split", "nope"], "babyai has the splits train, test"),
-    (["--env", "textcraft", "--test-split", "mission-test"], "textcraft has the splits train, test"),
+    (["--train-split", "nope"], "babyai has the splits train, val, test"),
+    (["--test-split", "nope"], "babyai has the splits train, val, test"),
+    (["--env", "textcraft", "--test-split", "mission-test"], "textcraft has the splits train, val, test"),
     (["--model", "runs/nope/checkpoint"], "no such file or folder (looked for " + os.path.join(ROOT, "runs")),
     (["--model", "./nope.gguf"], "allowed: tiny, smollm2, a .gguf file"),
     (["--resume", "true"], "looked for " + os.path.join(ROOT, "true", "state.pt")),
@@ -56,7 +56,7 @@ TRAIN_BAD = [
 ]
 
 EVAL_BAD = [
-    (["--split", "nope"], "babyai has the splits train, test"),
+    (["--split", "nope"], "babyai has the splits train, val, test"),
     (["--env", "nope"], "choose one of babyai, searchqa"),
     (["--task-ids", "abc"], "expected comma-separated task ids (data_idx) and ranges a-b, e.g. 0-99,200"),
     (["--task-ids", "0-9,x"], "ranges a-b"),

@@ -1,7 +1,7 @@
-"""The paper table's figures come from the runs' own files: the SFT column is each RL run's
-eval_before, the RL column its eval_after (mean ± standard error over seeds, in points), the
-valid-reply shares are counted in their trajectories, and an environment without a finished run
-has no row. A recipe skips the stages whose output exists."""
+"""The paper table's figures come from the runs' own files: the baseline is the imitation
+checkpoint that scores best on validation; every checkpoint's figure is its evaluation on the same
+test episodes; RL's gain over the baseline is paired over test tasks; the valid-reply shares are
+counted in the trajectories. A recipe skips the stages whose output exists."""
 
 import json
 import os
@@ -10,76 +10,70 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 
 
-def _run(path, before: float, after: float, invalid_after: int):
-    """A finished RL run: summary.json and two 2-reply BabyAI episodes per evaluation."""
-    for when, bad in (("eval_before", 0), ("eval_after", invalid_after)):
-        os.makedirs(path / when)
-        episodes = []
-        for i in range(2):
-            answer = '"go to x" is not an available action' if i < bad else "You see a wall."
-            episodes.append({"actions": ["turn left", "go to x"], "observations": ["start", "ok", answer]})
-        (path / when / "trajectories.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes))
+def _eval(folder, successes: dict, refused: int = 0, pass_at_k=None):
+    """An eval.py output: summary.json and one 1-reply BabyAI episode per (task, success) listed;
+    the first `refused` episodes' reply answered with a refusal."""
+    os.makedirs(folder)
+    episodes = []
+    for task, outcomes in successes.items():
+        for ok in outcomes:
+            answer = '"go to x" is not an available action' if len(episodes) < refused else "You see a wall."
+            episodes.append(
+                {
+                    "task": task,
+                    "success": ok,
+                    "reward": float(ok),
+                    "actions": ["go to x"],
+                    "observations": ["start", answer],
+                }
+            )
+    (folder / "trajectories.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes))
     summary = {
-        w: {"n_tasks": 2, "n_episodes": 2, "success_rate": r}
-        for w, r in (("eval_before", before), ("eval_after", after))
+        "n_episodes": len(episodes),
+        "success_rate": sum(e["success"] for e in episodes) / len(episodes),
     }
-    (path / "summary.json").write_text(json.dumps(summary))
+    (folder / "summary.json").write_text(json.dumps(summary | {"pass_at_k": pass_at_k or {}}))
 
 
-def test_the_row_is_the_mean_and_standard_error_of_the_seeds_eval_before_and_after(tmp_path):
+def test_the_baseline_is_the_best_imitation_checkpoint_on_val_and_the_gain_is_paired_over_test_tasks(
+    tmp_path,
+):
+    """sft2 (DAgger) is worse on validation than sft, so sft is the baseline even though sft2 is
+    better on test; RL's gain is its per-task figure averaged over seeds minus sft's, paired."""
     import paper_table
 
-    _run(tmp_path / "babyai" / "rl_s0", before=0.5, after=0.9, invalid_after=1)
-    _run(tmp_path / "babyai" / "rl_s1", before=0.6, after=0.7, invalid_after=0)
-    os.makedirs(tmp_path / "babyai" / "rl_s2")  # unfinished: no summary.json, left out
-    (tmp_path / "babyai" / "times.json").write_text(json.dumps({"rl_s0": 600, "rl_s1": 1200}))
-    os.makedirs(tmp_path / "babyai" / "base")  # the base model, on fewer tasks
-    (tmp_path / "babyai" / "base" / "summary.json").write_text(
-        json.dumps({"n_episodes": 1, "success_rate": 0.0})
-    )
-    text = paper_table.table(str(tmp_path))
-    (line,) = [x for x in text.splitlines() if x.startswith("| BabyAI")]
+    d = tmp_path / "babyai"
+    _eval(d / "val_sft", {1: [1, 1], 2: [1, 0]}, pass_at_k={"1": 0.75, "8": 1.0})
+    _eval(d / "val_sft2", {1: [1, 0], 2: [0, 0]})
+    for name in ("sft", "sft2"):
+        os.makedirs(d / name / "checkpoint")
+    _eval(d / "test_base", {10: [0], 11: [0], 12: [0]})
+    _eval(d / "test_sft", {10: [1], 11: [0], 12: [0]}, refused=1)
+    _eval(d / "test_sft2", {10: [1], 11: [1], 12: [0]})
+    _eval(d / "test_rl_s0", {10: [1], 11: [1], 12: [0]})
+    _eval(d / "test_rl_s1", {10: [1], 11: [0], 12: [1]})
+    os.makedirs(d / "test_rl_s2")  # unfinished: no summary.json, left out
+    (d / "times.json").write_text(json.dumps({"rl_s0": 600, "rl_s1": 1200}))
+    assert paper_table.best_imitation(str(d), ["sft", "sft2"], "success") == "sft"
+    (line,) = [x for x in paper_table.table(str(tmp_path)).splitlines() if x.startswith("| BabyAI")]
     cells = [c.strip() for c in line.split("|")[1:-1]]
-    assert cells[0] == "BabyAI (2)" and cells[1] == "-" and cells[2] == "0.0 (n=1)"
-    assert cells[3] == "55.0 ± 5.0"  # SFT: eval_before 50 and 60
-    assert cells[4] == "**80.0 ± 10.0**"  # RL: eval_after 90 and 70
-    assert cells[5] == "25.0 ± 15.0"  # gains 40 and 10
-    assert cells[6] == "8/8 (1.00) -> 7/8 (0.88)"
-    assert cells[7] == "10 min, 20 min"
-    assert "TextCraft" not in text
+    assert cells[0] == "BabyAI (3)" and cells[1] == "-" and cells[2] == "0.0"
+    assert cells[3] == "**sft 33.3 (75.0)**, sft2 66.7 (25.0)"  # test (val); the best on val in bold
+    assert cells[4] == "75.0 -> 100.0"  # the best's pass@1 -> pass@8 on validation
+    assert cells[5] == "66.7, 66.7 (mean 66.7 ± 0.0)"
+    # per task, RL averaged over seeds minus sft: (1-1, 0.5-0, 0.5-0) -> +33.3, std 0.289 / sqrt(3)
+    assert cells[6] == "+33.3 ± 16.7 (3 tasks)"
+    assert cells[7] == "2/3 (0.67) -> 6/6 (1.00)"
+    assert cells[8] == "10 min, 20 min"
+    assert "TextCraft" not in paper_table.table(str(tmp_path))
 
 
-def test_a_wide_evaluation_is_a_second_row_of_the_same_checkpoints(tmp_path):
-    """sft_wide/ and rl_s<seed>_wide/ (eval.py outputs) give a row under the environment's: the SFT
-    checkpoint's figure, the RL checkpoints' mean ± standard error and their gains over it; the
-    wide folders are not RL runs."""
+def test_a_tie_on_validation_goes_to_the_earlier_checkpoint(tmp_path):
     import paper_table
 
-    d = tmp_path / "textcraft"
-    _run(d / "rl_s0", before=0.5, after=0.5, invalid_after=0)
-    _run(d / "rl_s1", before=0.5, after=0.5, invalid_after=0)
-    for name, rate, bad in (("sft_wide", 0.57, 1), ("rl_s0_wide", 0.65, 0), ("rl_s1_wide", 0.67, 2)):
-        os.makedirs(d / name)
-        s = {"n_tasks": 25, "n_episodes": 100, "success_rate": rate}
-        (d / name / "summary.json").write_text(json.dumps(s))
-        episodes = [  # two 2-reply episodes; `bad` replies answered with a TextCraft refusal
-            {
-                "actions": ["get 1 x", "craft 1 y using 1 x"],
-                "observations": ["goal", "Got 1 x.", "Crafted 1 y."],
-            }
-            for _ in range(2)
-        ]
-        for i in range(bad):
-            episodes[i]["observations"][2] = "Wrong ingredients: no recipe for y uses 1 x."
-        (d / name / "trajectories.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes))
-    text = paper_table.table(str(tmp_path))
-    first, wide = [x for x in text.splitlines() if x.startswith("| TextCraft")]
-    assert first.startswith("| TextCraft (2) |") and "| **50.0 ± 0.0** |" in first  # the RL runs' row
-    cells = [c.strip() for c in wide.split("|")[1:-1]]
-    assert cells[0] == "TextCraft (the same checkpoints, 100 episodes)"
-    assert cells[3:7] == ["57.0", "**66.0 ± 1.0**", "9.0 ± 1.0", "3/4 (0.75) -> 6/8 (0.75)"]
-    os.remove(d / "rl_s1_wide" / "summary.json")  # a seed's wide evaluation not run: no second row
-    assert len([x for x in paper_table.table(str(tmp_path)).splitlines() if x.startswith("| TextCraft")]) == 1
+    for name in ("val_sft", "val_sft2"):
+        _eval(tmp_path / name, {1: [1, 0]})
+    assert paper_table.best_imitation(str(tmp_path), ["sft", "sft2"], "success") == "sft"
 
 
 def test_a_stage_whose_output_exists_is_skipped(tmp_path):
@@ -105,12 +99,14 @@ def test_dagger_rounds_take_the_next_train_tasks_and_train_on_every_rounds_label
     monkeypatch.setitem(
         paper_table.RECIPES, "textcraft", dict(paper_table.RECIPES["textcraft"], dagger=[2, 3])
     )
+    monkeypatch.setattr(paper_table, "best_imitation", lambda d, names, metric: names[1])
     os.makedirs(tmp_path / "textcraft" / "demos")
     (tmp_path / "textcraft" / "demos" / "trajectories.jsonl").write_text("")
     paper_table.recipe("textcraft", str(tmp_path), [0], [])
     cmd = dict(calls)
     d, ids = f"{tmp_path}/textcraft", paper_table.split_ids("textcraft", "depth1-train")
-    names = "demos base sft dagger_policy dagger sft2 dagger2_policy dagger2 sft3 rl_s0 sft_wide rl_s0_wide"
+    names = "demos sft dagger_policy dagger sft2 dagger2_policy dagger2 sft3 val_sft val_sft2 val_sft3 rl_s0 "
+    names += "test_base test_sft test_sft2 test_sft3 test_rl_s0"
     assert [n for n, _ in calls] == names.split()
     assert f"--model {d}/sft/checkpoint" in cmd["dagger_policy"]
     assert f"--task-ids {','.join(map(str, ids[:2]))} " in cmd["dagger_policy"]
@@ -121,15 +117,22 @@ def test_dagger_rounds_take_the_next_train_tasks_and_train_on_every_rounds_label
         f"--data {d}/demos/first.jsonl,{d}/dagger/trajectories.jsonl,{d}/dagger2/trajectories.jsonl"
         in cmd["sft3"]
     )
-    assert f"--model {d}/sft3/checkpoint" in cmd["rl_s0"]
-    # the wide evaluation: the RL start and the RL checkpoint on the same 25 x 4 test episodes
-    wide = "--env textcraft --split depth1-test --limit 25 --n-samples 4 --seed 1 --horizon 5 "
-    assert f"--model {d}/sft3/checkpoint {wide}" in cmd["sft_wide"]
-    assert f"--model {d}/rl_s0/checkpoint {wide}" in cmd["rl_s0_wide"]
+    # RL from the checkpoint chosen on validation (here sft2), evaluated on validation in training
+    assert f"--model {d}/sft2/checkpoint" in cmd["rl_s0"] and "--test-split depth1-val " in cmd["rl_s0"]
+    val = "--env textcraft --split depth1-val --limit 25 --n-samples 8 --seed 1 --horizon 5 "
+    assert all(f"--model {d}/{n}/checkpoint {val}" in cmd[f"val_{n}"] for n in ("sft", "sft2", "sft3"))
+    # every checkpoint of the row on the same 25 x 4 test episodes
+    test = "--env textcraft --split depth1-test --limit 25 --n-samples 4 --seed 1 --horizon 5 "
+    for name, model in [
+        ("base", "smollm2"),
+        ("sft", f"{d}/sft/checkpoint"),
+        ("rl_s0", f"{d}/rl_s0/checkpoint"),
+    ]:
+        assert f"--model {model} {test}" in cmd[f"test_{name}"]
 
 
 def test_a_dagger_round_past_the_end_of_its_split_revisits_its_first_tasks(tmp_path, monkeypatch):
-    """TextCraft's rounds draw depth-1 goals (100 train tasks): a round that runs past them starts
+    """TextCraft's rounds draw depth-1 goals (75 train tasks): a round that runs past them starts
     again at the first, now with the newer policy, and takes each task at most once."""
     import paper_table
 
@@ -138,16 +141,17 @@ def test_a_dagger_round_past_the_end_of_its_split_revisits_its_first_tasks(tmp_p
         paper_table, "stage", lambda root, name, command, extra=(), done="": calls.append((name, command))
     )
     monkeypatch.setitem(
-        paper_table.RECIPES, "textcraft", dict(paper_table.RECIPES["textcraft"], dagger=[90, 20, 500])
+        paper_table.RECIPES, "textcraft", dict(paper_table.RECIPES["textcraft"], dagger=[60, 20, 500])
     )
+    monkeypatch.setattr(paper_table, "best_imitation", lambda d, names, metric: names[0])
     os.makedirs(tmp_path / "textcraft" / "demos")
     (tmp_path / "textcraft" / "demos" / "trajectories.jsonl").write_text("")
     paper_table.recipe("textcraft", str(tmp_path), [], [])
     cmd = dict(calls)
     pool = paper_table.split_ids("textcraft", "depth1-train")
-    assert len(pool) == 100 and max(pool) < 125  # the depth-1 goals (envs.py)
-    assert f"--task-ids {','.join(map(str, pool[90:] + pool[:10]))} " in cmd["dagger2_policy"]
-    assert f"--task-ids {','.join(map(str, pool[10:] + pool[:10]))} " in cmd["dagger3_policy"]
+    assert len(pool) == 75 and max(pool) < 125  # the depth-1 goals (envs.py)
+    assert f"--task-ids {','.join(map(str, pool[60:] + pool[:5]))} " in cmd["dagger2_policy"]
+    assert f"--task-ids {','.join(map(str, pool[5:] + pool[:5]))} " in cmd["dagger3_policy"]
 
 
 def test_rl_steps_are_shared_evenly_by_scaling_inter_rls_stages(tmp_path, monkeypatch):
@@ -159,5 +163,6 @@ def test_rl_steps_are_shared_evenly_by_scaling_inter_rls_stages(tmp_path, monkey
         paper_table, "stage", lambda root, name, command, extra=(), done="": calls.append((name, command))
     )
     monkeypatch.setitem(paper_table.RECIPES, "sciworld", dict(paper_table.RECIPES["sciworld"]))
+    monkeypatch.setattr(paper_table, "best_imitation", lambda d, names, metric: names[0])
     paper_table.main(["--env", "sciworld", "--rl-steps", "16", "--seeds", "0", "--root", str(tmp_path)])
     assert "--rounds 5,10 --steps-per-stage 8 --steps 16 " in dict(calls)["rl_s0"]

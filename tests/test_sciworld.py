@@ -58,12 +58,17 @@ def test_task_table_is_scienceworlds(reference):
 
 def test_splits_are_disjoint_and_follow_scienceworld():
     splits = ENVS["sciworld"].splits
-    train, dev, test = set(splits["train"]), set(splits["dev"]), set(splits["test"])
-    assert not train & test and not train & dev and not dev & test
-    assert train | dev | test == set(range(len(GAMES))) == set(range(4639))
+    train, val, test = set(splits["train"]), set(splits["val"]), set(splits["test"])
+    assert not train & test and not train & val and not val & test
+    assert train | val | test == set(range(len(GAMES))) == set(range(4639))
+    ours = {"train": "train", "val": "dev", "test": "test"}  # our val is ScienceWorld's dev
     for name, ids in splits.items():  # ScienceWorld's own split of each (find-test: within test)
-        assert all(GAMES[i][2] == name.removeprefix("find-") for i in ids), name
-    for split in ("find-train", "find-test"):  # the easier slice: the four find-* tasks, interleaved
+        assert all(GAMES[i][2] == ours[name.removeprefix("find-")] for i in ids), name
+    for split in (
+        "find-train",
+        "find-val",
+        "find-test",
+    ):  # the easier slice: the four find-* tasks, interleaved
         assert {GAMES[i][0] for i in splits[split]} == {n for _, n, *_ in TASKS if n.startswith("find-")}
         assert len({GAMES[i][0] for i in splits[split][:4]}) == 4
     assert {GAMES[i][0] for i in test} == {name for _, name, *_ in TASKS}  # every task is tested

@@ -197,10 +197,9 @@ def test_splits_are_disjoint_and_match_the_depths():
     depth_ranges = {1: range(0, 125), 2: range(125, 416), 3: range(416, 533), 4: range(533, 544)}
     for depth, ids in depth_ranges.items():  # the ranges written in envs.py
         assert {T.DEPTH[T.GOALS[i]] for i in ids} == {depth}
-    assert not set(spec.splits["train"]) & set(spec.splits["test"])
-    assert sorted(spec.splits["train"] + spec.splits["test"]) == list(range(544))
-    assert not set(spec.splits["depth1-train"]) & set(spec.splits["depth1-test"])
-    assert set(spec.splits["depth1-train"] + spec.splits["depth1-test"]) == set(depth_ranges[1])
+    parts = ("train", "val", "test")  # disjoint: tests/test_babyai.py checks every environment
+    assert sorted(sum((spec.splits[p] for p in parts), [])) == list(range(544))
+    assert sorted(sum((spec.splits[f"depth1-{p}"] for p in parts), [])) == list(depth_ranges[1])
     for ids in depth_ranges.values():  # every depth is tested
         assert set(ids) & set(spec.splits["test"])
     assert spec.parse_action("Thought: I need logs.\nAction: get 1 oak logs") == "get 1 oak logs"

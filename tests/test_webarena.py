@@ -498,6 +498,6 @@ def alive(pid: int) -> bool:
 def test_the_env_spec_splits_are_disjoint_and_cover_the_offline_tasks():
     spec = ENVS["webarena"]
     n = len(os.listdir(TASK_DIR))
-    train, test = set(spec.splits["train"]), set(spec.splits["test"])
-    assert not train & test and train | test == set(range(n))
+    train, val, test = (set(spec.splits[p]) for p in ("train", "val", "test"))
+    assert len(train) + len(val) + len(test) == n and train | val | test == set(range(n))
     assert "```" in spec.instruction and "stop [answer]" in spec.instruction
