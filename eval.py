@@ -515,8 +515,15 @@ def write_sweep(cfg: EvalConfig, rows: list[dict], n_tasks: int) -> list[dict]:
 
 def write_evaluation(cfg: EvalConfig, summary: dict, trajs: list, n_tasks: int) -> dict:
     """summary.json, summary.md, trajectories.jsonl and report.html under --out."""
+    import torch
+
     summary.update(
-        model="expert" if cfg.expert else cfg.model, env=cfg.env, tasks=describe_tasks(cfg, n_tasks)
+        model="expert" if cfg.expert else cfg.model,
+        env=cfg.env,
+        tasks=describe_tasks(cfg, n_tasks),
+        # what a policy's episodes depend on beyond the command (docs/sft.md, "The same command ...")
+        threads=torch.get_num_threads(),
+        mixed_precision=cfg.mixed_precision,
     )
     with open(os.path.join(cfg.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)

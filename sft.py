@@ -341,6 +341,9 @@ def sft(cfg: Config) -> dict:
         "lr": lr,
         "seconds": time.time() - t0,
         "final_loss": last["losses/loss"],
+        # what the weights' bits depend on beyond the command (docs/sft.md, "The same command ...")
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
     }
     if main:
         write_results(cfg, policy, summary, metrics_path)

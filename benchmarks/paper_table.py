@@ -331,7 +331,8 @@ def table(root: str) -> str:
         gain = "-"
         if f["gain"]:
             m, se, n = f["gain"]
-            gain = f"{100 * m:+.1f} ± {100 * se:.1f} ({n} tasks)"
+            mark = "**" if abs(m) > 2 * se else ""  # beyond two standard errors
+            gain = f"{mark}{100 * m:+.1f} ± {100 * se:.1f}{mark} ({n} tasks)"
         rl = ", ".join(pts(x) for x in f["rl"]) or "-"
         if len(f["rl"]) > 1:
             rl += f" (mean {mean_se(f['rl'])})"
