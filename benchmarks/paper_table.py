@@ -280,11 +280,9 @@ def row(env: str, root: str) -> dict | None:
             if summary_of(d, f"test_{n}")}  # fmt: skip
     val = {n: per_task(os.path.join(d, f"val_{n}"), metric) for n in imitation}
     head = summary_of(d, f"val_{best}")["pass_at_k"]
-    times = (
-        json.load(open(os.path.join(d, "times.json")))
-        if os.path.exists(os.path.join(d, "times.json"))
-        else {}
-    )
+    times_path = os.path.join(d, "times.json")
+    times = json.load(open(times_path)) if os.path.exists(times_path) else {}
+    valid = [valid_share(os.path.join(d, f"test_{n}", "trajectories.jsonl")) for n in seeds]
     expert = summary_of(d, "demos")
     return dict(
         episodes=summary_of(d, f"test_{best}")["n_episodes"],
@@ -295,16 +293,9 @@ def row(env: str, root: str) -> dict | None:
         headroom=(head.get("1"), head.get("8")),
         rl=[mean_of(test[n]) for n in seeds],
         gain=paired_gain([test[n] for n in seeds], test[best]),
-        valid=(
+        valid=(  # (valid, replies): the best imitation checkpoint's, then the RL seeds' summed
             valid_share(os.path.join(d, f"test_{best}", "trajectories.jsonl")),
-            tuple(
-                map(
-                    sum,
-                    zip(*[valid_share(os.path.join(d, f"test_{n}", "trajectories.jsonl")) for n in seeds]),
-                )
-            )
-            if seeds
-            else (0, 0),
+            (sum(v for v, _ in valid), sum(n for _, n in valid)),
         ),
         rl_seconds=[times.get(n) for n in seeds],
     )
@@ -324,10 +315,9 @@ def table(root: str) -> str:
             continue
         pts = lambda x: "-" if x is None else f"{100 * x:.1f}"  # noqa: E731
         share = lambda c: f"{c[0]}/{c[1]} ({c[0] / c[1]:.2f})" if c[1] else "-"  # noqa: E731
-        imitation = ", ".join(
-            ("**" if n == f["best"] else "") + f"{n} {pts(t)} ({pts(v)})" + ("**" if n == f["best"] else "")
-            for n, t, v in f["imitation"]
-        )
+        cells = {n: f"{n} {pts(t)} ({pts(v)})" for n, t, v in f["imitation"]}
+        cells[f["best"]] = f"**{cells[f['best']]}**"  # the baseline, chosen on validation
+        imitation = ", ".join(cells.values())
         gain = "-"
         if f["gain"]:
             m, se, n = f["gain"]
