@@ -26,13 +26,22 @@ skipped when its output exists (an interrupted recipe continues where it stopped
     python benchmarks/paper_table.py --env sciworld --rl-steps 16                 # 16 RL steps, not 8
     python benchmarks/paper_table.py --table                      # the table from what is in --root
 
+A lever (more RL steps, another horizon, ...) is judged on validation before any test episode: a
+copy of the row's imitation stages (skipped, not rerun), RL with the lever, then RL against RL
+paired over the val tasks; the test episodes run once the lever is chosen (without --val-only):
+
+    mkdir -p runs/steps24 && cp -r runs/paper/babyai runs/steps24/ && rm -rf runs/steps24/babyai/*rl_s*
+    python benchmarks/paper_table.py --env babyai --root runs/steps24 --rl-steps 24 --val-only
+    python benchmarks/paper_table.py --env babyai --root runs/steps24 --compare runs/paper
+
 Stages (under --root/<env>/): demos/ (the expert on the train split, eval.py --expert on), sft/
 (sft.py on the first N successful demonstrations), dagger_policy/ + dagger/ + sft2/ (a DAgger
 round: the last checkpoint's own train episodes, relabelled by the expert, then one more epoch on
 the demonstrations and every round's labels; a second round writes dagger2_policy/ + dagger2/ +
 sft3/; RECIPES[env]["dagger"]), val_<checkpoint>/ (eval.py on validation), rl_s<seed>/ (train.py
-from the best), test_<checkpoint>/ (eval.py on the test episodes; test_base/ is SmolLM2 before
-anything, test_rl_s<seed>/ an RL run's final model). Each stage's wall time goes to times.json.
+from the best) + val_rl_s<seed>/ (its final model on validation), test_<checkpoint>/ (eval.py on
+the test episodes; test_base/ is SmolLM2 before anything, test_rl_s<seed>/ an RL run's final
+model). Each stage's wall time goes to times.json.
 """
 
 import argparse
@@ -93,6 +102,7 @@ RECIPES = {
 }
 SEEDS = "0,1,2"
 RL_EVAL = 20  # validation tasks each RL run evaluates before and after training
+RL_VAL_SAMPLES = 4  # each RL seed's final model on the val tasks x this: how a lever is judged (--compare)
 
 # AgentGym-RL's headline table: Qwen2.5-7B base -> ScalingInter-7B (after RL), for orientation
 PAPER_7B = {
@@ -136,8 +146,9 @@ def split_ids(env: str, split: str) -> list[int]:
     return list(ENVS[env].splits[split])
 
 
-def recipe(env: str, root: str, seeds: list[int], extra: list[str]) -> None:
-    """Every stage of `env`'s row in order; `extra` (e.g. --threads 1) goes to every model command."""
+def recipe(env: str, root: str, seeds: list[int], extra: list[str], val_only: bool = False) -> None:
+    """Every stage of `env`'s row in order (with `val_only`, all but the test episodes); `extra`
+    (e.g. --threads 1) goes to every model command."""
     r, d = RECIPES[env], os.path.join(root, env)
     os.makedirs(d, exist_ok=True)
     turns = r["rounds"].split(",")[-1]
@@ -190,6 +201,9 @@ def recipe(env: str, root: str, seeds: list[int], extra: list[str]) -> None:
     )
     for seed in seeds:
         stage(d, f"rl_s{seed}", f"{rl} --seed {seed} --out {d}/rl_s{seed}", extra)
+        evaluate(f"val_rl_s{seed}", f"{d}/rl_s{seed}/checkpoint", val, (r["val"][0], RL_VAL_SAMPLES))
+    if val_only:
+        return
     # the test episodes, once per checkpoint, the same for all of them
     evaluate("test_base", "smollm2", test, r["test"])
     for name in imitation:
@@ -259,6 +273,33 @@ def paired_gain(rl: list[dict], base: dict) -> tuple[float, float, int] | None:
     return statistics.mean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs)), len(diffs)
 
 
+def rl_runs(d: str, stage: str) -> list[str]:
+    """The RL seeds (rl_s<seed>) whose `stage` evaluation (test or val) is done, in seed order."""
+    names = [n.removeprefix(f"{stage}_") for n in os.listdir(d) if re.fullmatch(rf"{stage}_rl_s\d+", n)]
+    return sorted((n for n in names if summary_of(d, f"{stage}_{n}")), key=lambda n: int(n[4:]))
+
+
+def compare(env: str, before: str, after: str) -> str:
+    """A lever judged on validation: RL in recipe `after` (another --root, e.g. with --rl-steps 24)
+    against RL in `before`, from each seed's val_rl_s<seed>/ evaluation; paired over the val tasks
+    (per task, the figure averaged over samples and seeds), never reading a test split."""
+    metric = metric_of(env)
+    runs = {}
+    for root in (before, after):
+        d = os.path.join(root, env)
+        runs[root] = [per_task(os.path.join(d, f"val_{n}"), metric) for n in rl_runs(d, "val")]
+        if not runs[root]:
+            raise SystemExit(f"{d}: no val_rl_s<seed>/ evaluation yet (run its recipe first)")
+    tasks = sorted(set.intersection(*(set(seed) for seeds in runs.values() for seed in seeds)))
+    per = {root: {t: statistics.mean(seed[t] for seed in runs[root]) for t in tasks} for root in runs}
+    m, se, n = paired_gain([per[after]], per[before])
+    return (
+        f"{NAMES[env]} on validation, RL seeds {len(runs[before])} and {len(runs[after])}: "
+        f"{before} {100 * mean_of(per[before]):.1f} -> {after} {100 * mean_of(per[after]):.1f}: "
+        f"{100 * m:+.1f} ± {100 * se:.1f} paired over {n} tasks"
+    )
+
+
 def row(env: str, root: str) -> dict | None:
     """One environment's measured figures, from what its recipe left in <root>/<env>/; None when no
     imitation checkpoint has its test evaluation yet."""
@@ -271,11 +312,7 @@ def row(env: str, root: str) -> dict | None:
     if not imitation:
         return None
     best = best_imitation(d, imitation, metric)
-    seeds = sorted(
-        (n.removeprefix("test_") for n in os.listdir(d) if re.fullmatch(r"test_rl_s\d+", n)),
-        key=lambda n: int(n[4:]),
-    )
-    seeds = [n for n in seeds if summary_of(d, f"test_{n}")]
+    seeds = rl_runs(d, "test")
     test = {n: per_task(os.path.join(d, f"test_{n}"), metric) for n in ["base", *imitation, *seeds]
             if summary_of(d, f"test_{n}")}  # fmt: skip
     val = {n: per_task(os.path.join(d, f"val_{n}"), metric) for n in imitation}
@@ -292,6 +329,7 @@ def row(env: str, root: str) -> dict | None:
         best=best,
         headroom=(head.get("1"), head.get("8")),
         rl=[mean_of(test[n]) for n in seeds],
+        rl_val=[mean_of(per_task(os.path.join(d, f"val_{n}"), metric)) for n in rl_runs(d, "val")],
         gain=paired_gain([test[n] for n in seeds], test[best]),
         valid=(  # (valid, replies): the best imitation checkpoint's, then the RL seeds' summed
             valid_share(os.path.join(d, f"test_{best}", "trajectories.jsonl")),
@@ -326,6 +364,8 @@ def table(root: str) -> str:
         rl = ", ".join(pts(x) for x in f["rl"]) or "-"
         if len(f["rl"]) > 1:
             rl += f" (mean {mean_se(f['rl'])})"
+        if f["rl_val"]:  # the seeds' mean on validation, as the imitation cells give theirs
+            rl += f", val {pts(statistics.mean(f['rl_val']))}"
         secs = ", ".join(f"{s / 60:.0f} min" for s in f["rl_seconds"] if s)
         paper = " -> ".join(f"{x:.2f}" for x in PAPER_7B[env])
         lines.append(
@@ -352,8 +392,20 @@ def main(argv=None):
     p.add_argument(
         "--rl-steps", type=int, help="RL steps instead of the recipe's (its stages share them evenly)"
     )
+    p.add_argument("--val-only", action="store_true", help="stop before the test episodes (a lever on trial)")
     p.add_argument("--table", action="store_true", help="print the table (also written to <root>/table.md)")
+    p.add_argument(
+        "--compare",
+        metavar="ROOT",
+        help="judge a lever on validation: --env's RL in --root against its RL in ROOT (the recipe "
+        "without the lever), paired over the val tasks",
+    )
     args, extra = p.parse_known_args(argv)  # the rest goes to every model-running command (--threads 1)
+    if args.compare:
+        if not args.env:
+            p.error("--compare needs --env")
+        print(compare(args.env, args.compare, args.root))
+        return
     if args.env:
         if args.dagger is not None:
             rounds = [int(n) for n in args.dagger.split(",") if n]
@@ -363,7 +415,7 @@ def main(argv=None):
             RECIPES[args.env] = dict(RECIPES[args.env], demos=args.demos, expert=expert)
         if args.rl_steps:
             RECIPES[args.env] = dict(RECIPES[args.env], steps=args.rl_steps)
-        recipe(args.env, args.root, [int(s) for s in args.seeds.split(",") if s], extra)
+        recipe(args.env, args.root, [int(s) for s in args.seeds.split(",") if s], extra, args.val_only)
     if args.table or args.env:
         text = table(args.root)
         with open(os.path.join(args.root, "table.md"), "w") as f:

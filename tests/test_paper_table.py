@@ -105,8 +105,8 @@ def test_dagger_rounds_take_the_next_train_tasks_and_train_on_every_rounds_label
     paper_table.recipe("textcraft", str(tmp_path), [0], [])
     cmd = dict(calls)
     d, ids = f"{tmp_path}/textcraft", paper_table.split_ids("textcraft", "depth1-train")
-    names = "demos sft dagger_policy dagger sft2 dagger2_policy dagger2 sft3 val_sft val_sft2 val_sft3 rl_s0 "
-    names += "test_base test_sft test_sft2 test_sft3 test_rl_s0"
+    names = "demos sft dagger_policy dagger sft2 dagger2_policy dagger2 sft3 val_sft val_sft2 val_sft3 "
+    names += "rl_s0 val_rl_s0 test_base test_sft test_sft2 test_sft3 test_rl_s0"
     assert [n for n, _ in calls] == names.split()
     assert f"--model {d}/sft/checkpoint" in cmd["dagger_policy"]
     assert f"--task-ids {','.join(map(str, ids[:2]))} " in cmd["dagger_policy"]
@@ -121,6 +121,8 @@ def test_dagger_rounds_take_the_next_train_tasks_and_train_on_every_rounds_label
     assert f"--model {d}/sft2/checkpoint" in cmd["rl_s0"] and "--test-split depth1-val " in cmd["rl_s0"]
     val = "--env textcraft --split depth1-val --limit 25 --n-samples 8 --seed 1 --horizon 5 "
     assert all(f"--model {d}/{n}/checkpoint {val}" in cmd[f"val_{n}"] for n in ("sft", "sft2", "sft3"))
+    rl_val = "--env textcraft --split depth1-val --limit 25 --n-samples 4 --seed 1 --horizon 5 "
+    assert f"--model {d}/rl_s0/checkpoint {rl_val}" in cmd["val_rl_s0"]
     # every checkpoint of the row on the same 25 x 4 test episodes
     test = "--env textcraft --split depth1-test --limit 25 --n-samples 4 --seed 1 --horizon 5 "
     for name, model in [
@@ -166,3 +168,29 @@ def test_rl_steps_are_shared_evenly_by_scaling_inter_rls_stages(tmp_path, monkey
     monkeypatch.setattr(paper_table, "best_imitation", lambda d, names, metric: names[0])
     paper_table.main(["--env", "sciworld", "--rl-steps", "16", "--seeds", "0", "--root", str(tmp_path)])
     assert "--rounds 5,10 --steps-per-stage 8 --steps 16 " in dict(calls)["rl_s0"]
+
+
+def test_a_lever_is_judged_on_validation_paired_over_tasks_before_any_test_episode(tmp_path, monkeypatch):
+    """--val-only stops the recipe before the test episodes; --compare pairs RL with the lever
+    against RL without it over the val tasks, each task averaged over its samples and the seeds."""
+    import paper_table
+
+    calls = []
+    monkeypatch.setattr(
+        paper_table, "stage", lambda root, name, command, extra=(), done="": calls.append((name, command))
+    )
+    monkeypatch.setattr(paper_table, "best_imitation", lambda d, names, metric: names[0])
+    paper_table.main(["--env", "searchqa", "--rl-steps", "24", "--seeds", "0,1", "--val-only", "--root",
+                      str(tmp_path)])  # fmt: skip
+    assert [n for n, _ in calls][-4:] == ["rl_s0", "val_rl_s0", "rl_s1", "val_rl_s1"]
+    assert "--steps 24 " in dict(calls)["rl_s1"]
+
+    before, after = tmp_path / "before", tmp_path / "after"
+    _eval(before / "babyai" / "val_rl_s0", {1: [1, 0], 2: [0, 0], 3: [1, 1]})
+    _eval(before / "babyai" / "val_rl_s1", {1: [0, 0], 2: [0, 0], 3: [1, 1]})
+    _eval(after / "babyai" / "val_rl_s0", {1: [1, 1], 2: [1, 0], 3: [1, 1]})
+    _eval(after / "babyai" / "test_rl_s0", {9: [0]})  # never read by --compare
+    # per task, after - before: (1 - 0.25, 0.5 - 0, 1 - 1) -> mean 0.417, std 0.382 / sqrt(3)
+    line = paper_table.compare("babyai", str(before), str(after))
+    expected = f"{before} 41.7 -> {after} 83.3: +41.7 ± 22.0 paired over 3 tasks"
+    assert line == f"BabyAI on validation, RL seeds 2 and 1: {expected}"
