@@ -74,8 +74,10 @@ FREE = "--mask-actions off --context-turns 0 --max-new-tokens 64"
 # which 5 turns cannot craft: every group failed alike, no signal) and so do its DAgger rounds (a
 # third round on the next, deeper train goals taught nothing: docs/sft.md). WebArena has 35
 # offline tasks in all (7 validate, 7 test): its evaluations cannot reach 100 distinct episodes.
+# BabyAI's 24 RL steps were chosen on validation over 8 (--compare, docs/paper-table.md); TextCraft's
+# 24 were not (its 8 kept).
 RECIPES = {
-    "babyai": dict(expert=80, demos=64, rounds="5", dagger=[32], val=(32, 8), test=(100, 1)),
+    "babyai": dict(expert=80, demos=64, rounds="5", dagger=[32], steps=24, val=(32, 8), test=(100, 1)),
     "textcraft": dict(
         expert=80,
         demos=64,
