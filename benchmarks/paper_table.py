@@ -30,9 +30,9 @@ A lever (more RL steps, another horizon, ...) is judged on validation before any
 copy of the row's imitation stages (skipped, not rerun), RL with the lever, then RL against RL
 paired over the val tasks; the test episodes run once the lever is chosen (without --val-only):
 
-    mkdir -p runs/steps24 && cp -r runs/paper/babyai runs/steps24/ && rm -rf runs/steps24/babyai/*rl_s*
-    python benchmarks/paper_table.py --env babyai --root runs/steps24 --rl-steps 24 --val-only
-    python benchmarks/paper_table.py --env babyai --root runs/steps24 --compare runs/paper
+    mkdir -p runs/steps24 && cp -r runs/paper/textcraft runs/steps24/ && rm -rf runs/steps24/textcraft/*rl_s*
+    python benchmarks/paper_table.py --env textcraft --root runs/steps24 --rl-steps 24 --val-only
+    python benchmarks/paper_table.py --env textcraft --root runs/steps24 --compare runs/paper
 
 Stages (under --root/<env>/): demos/ (the expert on the train split, eval.py --expert on), sft/
 (sft.py on the first N successful demonstrations), dagger_policy/ + dagger/ + sft2/ (a DAgger
@@ -275,10 +275,10 @@ def paired_gain(rl: list[dict], base: dict) -> tuple[float, float, int] | None:
     return statistics.mean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs)), len(diffs)
 
 
-def rl_runs(d: str, stage: str) -> list[str]:
-    """The RL seeds (rl_s<seed>) whose `stage` evaluation (test or val) is done, in seed order."""
-    names = [n.removeprefix(f"{stage}_") for n in os.listdir(d) if re.fullmatch(rf"{stage}_rl_s\d+", n)]
-    return sorted((n for n in names if summary_of(d, f"{stage}_{n}")), key=lambda n: int(n[4:]))
+def rl_runs(d: str, split: str) -> list[str]:
+    """The RL seeds (rl_s<seed>) whose evaluation on `split` (test or val) is done, in seed order."""
+    names = [n.removeprefix(f"{split}_") for n in os.listdir(d) if re.fullmatch(rf"{split}_rl_s\d+", n)]
+    return sorted((n for n in names if summary_of(d, f"{split}_{n}")), key=lambda n: int(n[4:]))
 
 
 def compare(env: str, before: str, after: str) -> str:
