@@ -294,7 +294,10 @@ def compare(env: str, before: str, after: str) -> str:
             raise SystemExit(f"{d}: no val_rl_s<seed>/ evaluation yet (run its recipe first)")
     tasks = sorted(set.intersection(*(set(seed) for seeds in runs.values() for seed in seeds)))
     per = {root: {t: statistics.mean(seed[t] for seed in runs[root]) for t in tasks} for root in runs}
-    m, se, n = paired_gain([per[after]], per[before])
+    gain = paired_gain([per[after]], per[before])
+    if gain is None:
+        raise SystemExit(f"{before} and {after}: fewer than 2 val tasks in common, nothing to pair")
+    m, se, n = gain
     return (
         f"{NAMES[env]} on validation, RL seeds {len(runs[before])} and {len(runs[after])}: "
         f"{before} {100 * mean_of(per[before]):.1f} -> {after} {100 * mean_of(per[after]):.1f}: "
