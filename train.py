@@ -51,7 +51,7 @@ from batch import Batch, make_batch
 from config import AgentConfig, check_split, flag, parse, resolve_device, resolve_precision, set_threads
 from credit import turn_credit
 from envs import ENVS, EnvPool, EnvSpec, close_pool, open_pool, server_url
-from eval import evaluate_in_training, write_trajectories
+from eval import check_task_ids, evaluate_in_training, parse_task_ids, write_trajectories
 from machinery import dist, signals
 from machinery.checkpoint import (
     check_checkpoint,
@@ -85,6 +85,9 @@ class Config(AgentConfig, UpdateConfig, ScheduleConfig, AlgorithmSettings, signa
     eval_after/"""
     train_split: str = "train"
     """task split to train on"""
+    train_task_ids: str = flag("", check=check_task_ids)
+    """task ids (data_idx) to train on instead of --train-split, e.g. 0-9,12 (benchmarks/paper_table.py
+    --pick: the goals a policy solves sometimes); none of them in --test-split"""
     test_split: str = "test"
     """held-out split for eval_before / eval_after"""
     tasks_per_step: int = flag(8, at_least=1)
@@ -123,6 +126,13 @@ class Config(AgentConfig, UpdateConfig, ScheduleConfig, AlgorithmSettings, signa
         super().__post_init__()
         check_split(self.env, "train_split", self.train_split)
         check_split(self.env, "test_split", self.test_split)
+        held_out = set(parse_task_ids(self.train_task_ids) if self.train_task_ids else []) & set(
+            ENVS[self.env].splits[self.test_split]
+        )
+        if held_out:
+            raise ValueError(
+                f"--train-task-ids: {sorted(held_out)[:5]} are in the test split {self.test_split} (held out)"
+            )
         if self.ref_device == "cpu" and self.lora_rank:  # nothing to move: the reference is the policy's base
             raise ValueError(
                 "--ref-device cpu does nothing with --lora-rank: the reference model is the policy's "
@@ -261,7 +271,9 @@ def setup(cfg: Config) -> Run:
         spec=spec,
         schedule=schedule,
         pool=pool,
-        train_tasks=spec.splits[cfg.train_split],
+        train_tasks=parse_task_ids(cfg.train_task_ids)
+        if cfg.train_task_ids
+        else spec.splits[cfg.train_split],
         test_tasks=spec.splits[cfg.test_split][:n_eval],
         eval_horizon=cfg.eval_horizon or schedule.rounds[-1],
         probe=collect_states(pool, probe_tasks(cfg.probe_states)) if probed else [],

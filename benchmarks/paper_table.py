@@ -104,6 +104,7 @@ RECIPES = {
 }
 SEEDS = "0,1,2"
 RL_EVAL = 20  # validation tasks each RL run evaluates before and after training
+PICK_SAMPLES = 8  # --pick: each rl_train task's episodes that tell "sometimes" from "always" or "never"
 RL_VAL_SAMPLES = 4  # each RL seed's final model on the val tasks x this: how a lever is judged (--compare)
 
 # AgentGym-RL's headline table: Qwen2.5-7B base -> ScalingInter-7B (after RL), for orientation
@@ -193,13 +194,17 @@ def recipe(env: str, root: str, seeds: list[int], extra: list[str], val_only: bo
     for name in imitation:  # choose on validation: the best imitation checkpoint is RL's start
         evaluate(f"val_{name}", f"{d}/{name}/checkpoint", val, r["val"])
     best = best_imitation(d, imitation, metric_of(env))
+    picked = ""
+    if r.get("pick"):  # RL's tasks: those the best imitation checkpoint solves sometimes, not always
+        evaluate(f"pick_{best}", f"{d}/{best}/checkpoint", rl_train, (r["pick"], PICK_SAMPLES))
+        picked = "--train-task-ids " + ",".join(map(str, informative(os.path.join(d, f"pick_{best}"))))
     steps = r.get("steps", 8)
     per_stage = steps // len(r["rounds"].split(","))  # ScalingInter-RL's stages share the steps evenly
     rl = (
         f"train.py --model {d}/{best}/checkpoint --env {env} {FREE} --rounds {r['rounds']} "
         f"--steps-per-stage {per_stage} --steps {steps} --tasks-per-step 4 --group-size 4 "
         f"--minibatch-size 16 --micro-batch-size 8 --lora-rank 16 --kl-coef 0 --lr 1e-4 "
-        f"--train-split {rl_train} --test-split {val} --eval-episodes {RL_EVAL}"
+        f"--train-split {rl_train} {picked} --test-split {val} --eval-episodes {RL_EVAL}"
     )
     for seed in seeds:
         stage(d, f"rl_s{seed}", f"{rl} --seed {seed} --out {d}/rl_s{seed}", extra)
@@ -212,6 +217,17 @@ def recipe(env: str, root: str, seeds: list[int], extra: list[str], val_only: bo
         evaluate(f"test_{name}", f"{d}/{name}/checkpoint", test, r["test"])
     for seed in seeds:
         evaluate(f"test_rl_s{seed}", f"{d}/rl_s{seed}/checkpoint", test, r["test"])
+
+
+def informative(folder: str) -> list[int]:
+    """The tasks of an evaluation (pick_<checkpoint>/) whose episodes neither all succeeded nor all
+    failed: a GRPO group on them can differ, so it carries a signal (a flat group carries none)."""
+    tasks = [t for t, rate in per_task(folder, "success").items() if 0 < rate < 1]
+    if len(tasks) < 4:  # the recipe's tasks per step
+        raise SystemExit(
+            f"{folder}: only {len(tasks)} tasks solved sometimes and not always, too few to draw from"
+        )
+    return sorted(tasks)
 
 
 def metric_of(env: str) -> str:
@@ -397,6 +413,13 @@ def main(argv=None):
     p.add_argument(
         "--rl-steps", type=int, help="RL steps instead of the recipe's (its stages share them evenly)"
     )
+    p.add_argument(
+        "--pick",
+        type=int,
+        metavar="N",
+        help="RL trains only on those of the first N rl_train tasks that the best imitation checkpoint "
+        f"solves sometimes, not always ({PICK_SAMPLES} samples each)",
+    )
     p.add_argument("--val-only", action="store_true", help="stop before the test episodes (a lever on trial)")
     p.add_argument("--table", action="store_true", help="print the table (also written to <root>/table.md)")
     p.add_argument(
@@ -420,6 +443,8 @@ def main(argv=None):
             RECIPES[args.env] = dict(RECIPES[args.env], demos=args.demos, expert=expert)
         if args.rl_steps:
             RECIPES[args.env] = dict(RECIPES[args.env], steps=args.rl_steps)
+        if args.pick:
+            RECIPES[args.env] = dict(RECIPES[args.env], pick=args.pick)
         recipe(args.env, args.root, [int(s) for s in args.seeds.split(",") if s], extra, args.val_only)
     if args.table or args.env:
         text = table(args.root)

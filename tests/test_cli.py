@@ -23,6 +23,11 @@ TRAIN_BAD = [
     (["--env", "nope"], "choose one of babyai, searchqa, textcraft, sciworld, webarena"),
     (["--train-split", "nope"], "babyai has the splits train, val, test"),
     (["--test-split", "nope"], "babyai has the splits train, val, test"),
+    (["--train-task-ids", "3-x"], "expected comma-separated task ids (data_idx) and ranges"),
+    (
+        ["--env", "textcraft", "--test-split", "depth1-val", "--train-task-ids", "0-10"],
+        "[3, 8] are in the test split",
+    ),
     (["--env", "textcraft", "--test-split", "mission-test"], "textcraft has the splits train, val, test"),
     (["--model", "runs/nope/checkpoint"], "no such file or folder (looked for " + os.path.join(ROOT, "runs")),
     (["--model", "./nope.gguf"], "allowed: tiny, smollm2, a .gguf file"),

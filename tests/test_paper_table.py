@@ -7,6 +7,8 @@ import json
 import os
 import sys
 
+import pytest
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 
 
@@ -194,3 +196,40 @@ def test_a_lever_is_judged_on_validation_paired_over_tasks_before_any_test_episo
     line = paper_table.compare("babyai", str(before), str(after))
     expected = f"{before} 41.7 -> {after} 83.3: +41.7 ± 22.0 paired over 3 tasks"
     assert line == f"BabyAI on validation, RL seeds 2 and 1: {expected}"
+
+
+def test_pick_trains_rl_on_the_tasks_the_baseline_solves_sometimes_not_always(tmp_path, monkeypatch):
+    """--pick N: the best imitation checkpoint on the first N rl_train tasks x 8 samples; RL draws
+    only the tasks whose episodes neither all succeeded nor all failed (a group on them can carry a
+    signal); too few such tasks is a clear error."""
+    import paper_table
+
+    calls = []
+
+    def stage(root, name, command, extra=(), done=""):
+        calls.append((name, command))
+        if name == "pick_sft":  # its evaluation: task 0 always, 5 never, 1, 6, 10, 11 sometimes
+            outcomes = {
+                0: [1] * 8,
+                5: [0] * 8,
+                1: [1] + [0] * 7,
+                6: [0, 1] * 4,
+                10: [1] * 7 + [0],
+                11: [0, 1] * 4,
+            }
+            _eval(tmp_path / "textcraft" / name, outcomes)
+
+    monkeypatch.setattr(paper_table, "stage", stage)
+    monkeypatch.setitem(paper_table.RECIPES, "textcraft", dict(paper_table.RECIPES["textcraft"], dagger=[]))
+    monkeypatch.setattr(paper_table, "best_imitation", lambda d, names, metric: names[0])
+    paper_table.main(
+        ["--env", "textcraft", "--pick", "6", "--seeds", "0", "--val-only", "--root", str(tmp_path)]
+    )
+    cmd = dict(calls)
+    pick = "--split depth1-train --limit 6 --n-samples 8 --seed 1 --horizon 5 "
+    assert f"--model {tmp_path}/textcraft/sft/checkpoint --env textcraft {pick}" in cmd["pick_sft"]
+    assert [n for n, _ in calls][-3:] == ["pick_sft", "rl_s0", "val_rl_s0"]
+    assert "--train-split depth1-train --train-task-ids 1,6,10,11 --test-split depth1-val " in cmd["rl_s0"]
+    _eval(tmp_path / "few", {1: [1, 0], 2: [1, 1], 3: [0, 1], 4: [1, 0]})
+    with pytest.raises(SystemExit, match="only 3 tasks solved sometimes and not always, too few"):
+        paper_table.informative(str(tmp_path / "few"))

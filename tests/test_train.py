@@ -67,7 +67,11 @@ def servers_running() -> set[int]:
 def test_a_short_training_run_completes_and_leaves_no_server(tmp_path):
     before = servers_running()
     profile = []
-    summary = train(small(tmp_path), profile=profile)
+    # --train-task-ids: the steps draw their tasks from these ids only, not from --train-split
+    summary = train(small(tmp_path, train_task_ids="5,7", save_rollouts_every=1), profile=profile)
+    for step in (1, 2):
+        rows = [json.loads(x) for x in open(tmp_path / "rollouts" / f"step_{step:06d}.jsonl")]
+        assert {r["task"] for r in rows} == {5, 7}
     # --threads 0 on a CPU: one torch thread for the tiny policy, every core for a real model
     assert torch.get_num_threads() == 1
     cores = set_threads(AgentConfig(model="smollm2", threads=0), "cpu")
