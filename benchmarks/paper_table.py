@@ -24,6 +24,7 @@ skipped when its output exists (an interrupted recipe continues where it stopped
     python benchmarks/paper_table.py --env textcraft --dagger 32,64 --seeds ""   # imitation only
     python benchmarks/paper_table.py --env textcraft --demos 256 --seeds ""      # SFT on 256 demonstrations
     python benchmarks/paper_table.py --env sciworld --rl-steps 16                 # 16 RL steps, not 8
+    python benchmarks/paper_table.py --env textcraft --pick 75    # RL on the goals SFT solves sometimes
     python benchmarks/paper_table.py --table                      # the table from what is in --root
 
 A lever (more RL steps, another horizon, ...) is judged on validation before any test episode: a
@@ -38,10 +39,11 @@ Stages (under --root/<env>/): demos/ (the expert on the train split, eval.py --e
 (sft.py on the first N successful demonstrations), dagger_policy/ + dagger/ + sft2/ (a DAgger
 round: the last checkpoint's own train episodes, relabelled by the expert, then one more epoch on
 the demonstrations and every round's labels; a second round writes dagger2_policy/ + dagger2/ +
-sft3/; RECIPES[env]["dagger"]), val_<checkpoint>/ (eval.py on validation), rl_s<seed>/ (train.py
-from the best) + val_rl_s<seed>/ (its final model on validation), test_<checkpoint>/ (eval.py on
-the test episodes; test_base/ is SmolLM2 before anything, test_rl_s<seed>/ an RL run's final
-model). Each stage's wall time goes to times.json.
+sft3/; RECIPES[env]["dagger"]), val_<checkpoint>/ (eval.py on validation), pick_<best>/ (--pick:
+the best on rl_train tasks x 8; RL trains on the tasks it solved sometimes, not always),
+rl_s<seed>/ (train.py from the best) + val_rl_s<seed>/ (its final model on validation),
+test_<checkpoint>/ (eval.py on the test episodes; test_base/ is SmolLM2 before anything,
+test_rl_s<seed>/ an RL run's final model). Each stage's wall time goes to times.json.
 """
 
 import argparse
