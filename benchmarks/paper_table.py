@@ -66,8 +66,10 @@ FREE = "--mask-actions off --context-turns 0 --max-new-tokens 64"
 # value fixed, several ScalingInter-RL's stages sharing the steps evenly), the train tasks of each
 # DAgger round (consecutive slices of `rl_train`, wrapping around to its start: a later round
 # revisits its tasks with the newer policy), RL steps (default 8), the environment instances in
-# flight outside RL (each a JVM or a browser); the splits (`train`: the expert's demonstrations,
-# `rl_train`: DAgger's and RL's tasks, default `train`) and the evaluations as (tasks, samples):
+# flight outside RL (each a JVM or a browser; `eval_parallel` for the policy's evaluations, default
+# the same: 64 SciWorld JVMs starting at once on 2 cores took over the server's 50 s); the splits
+# (`train`: the expert's demonstrations, `rl_train`: DAgger's and RL's tasks, default `train`) and
+# the evaluations as (tasks, samples):
 # `val` chooses the imitation checkpoint and gives pass@1 and pass@8; `test` is every checkpoint's
 # one reported evaluation (at least 100 episodes where the split has the tasks); `rl_eval` tasks
 # of val are evaluated at the start and end of each RL run.
@@ -98,6 +100,7 @@ RECIPES = {
         rounds="5,10",
         dagger=[],
         parallel=4,
+        eval_parallel=16,
         train="find-train",
         splits=("find-val", "find-test"),
         val=(32, 8),
@@ -165,8 +168,10 @@ def recipe(env: str, root: str, seeds: list[int], extra: list[str], val_only: bo
 
     def evaluate(name: str, model: str, split: str, episodes: tuple[int, int]) -> None:
         tasks, samples = episodes  # the same tasks x samples at evaluation seed 1 for every model
-        where = f"--split {split} --limit {tasks} --n-samples {samples} --seed 1 --horizon {turns}"
+        where = f"--split {split} --limit {tasks} --n-samples {samples} --seed 1 --horizon {turns} "
+        where += f"--parallel {r.get('eval_parallel', inflight)}"
         stage(d, name, f"eval.py --model {model} --env {env} {where} {FREE} --out {d}/{name}", extra)
+        check_errors(os.path.join(d, name))
 
     expert = f"--expert on --split {train} --limit {r['expert']} --parallel {inflight}"
     stage(d, "demos", f"eval.py --env {env} {expert} --out {d}/demos")
@@ -219,6 +224,18 @@ def recipe(env: str, root: str, seeds: list[int], extra: list[str], val_only: bo
         evaluate(f"test_{name}", f"{d}/{name}/checkpoint", test, r["test"])
     for seed in seeds:
         evaluate(f"test_rl_s{seed}", f"{d}/rl_s{seed}/checkpoint", test, r["test"])
+
+
+def check_errors(folder: str, most: float = 0.05) -> None:
+    """Stop the recipe when over `most` of an evaluation's episodes ended in an environment error
+    (eval.py leaves them out of its rates, so its figures would stand on the few that remain)."""
+    summary = summary_of(os.path.dirname(folder), os.path.basename(folder)) or {"n_episodes": 0}
+    errors = summary.get("errors", 0)
+    if errors > most * (errors + summary["n_episodes"]):
+        raise SystemExit(
+            f"{folder}: {errors} of {errors + summary['n_episodes']} episodes hit an environment error "
+            "(its server.log says why); delete the folder to run it again"
+        )
 
 
 def informative(folder: str) -> list[int]:

@@ -170,6 +170,19 @@ def test_rl_steps_are_shared_evenly_by_scaling_inter_rls_stages(tmp_path, monkey
     monkeypatch.setattr(paper_table, "best_imitation", lambda d, names, metric: names[0])
     paper_table.main(["--env", "sciworld", "--rl-steps", "16", "--seeds", "0", "--root", str(tmp_path)])
     assert "--rounds 5,10 --steps-per-stage 8 --steps 16 " in dict(calls)["rl_s0"]
+    # the expert's instances (JVMs) 4 at a time, the policy's evaluations 16: 64 took too long to start
+    assert "--parallel 4 " in dict(calls)["demos"] and "--parallel 16 " in dict(calls)["val_sft"]
+
+
+def test_an_evaluation_mostly_lost_to_environment_errors_stops_the_recipe(tmp_path):
+    import paper_table
+
+    _eval(tmp_path / "val_sft", {1: [1, 0], 2: [0, 0]})
+    paper_table.check_errors(str(tmp_path / "val_sft"))  # no errors: goes on
+    summary = json.loads((tmp_path / "val_sft" / "summary.json").read_text())
+    (tmp_path / "val_sft" / "summary.json").write_text(json.dumps(summary | {"errors": 1}))
+    with pytest.raises(SystemExit, match="1 of 5 episodes hit an environment error"):
+        paper_table.check_errors(str(tmp_path / "val_sft"))
 
 
 def test_a_lever_is_judged_on_validation_paired_over_tasks_before_any_test_episode(tmp_path, monkeypatch):
