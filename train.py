@@ -126,13 +126,14 @@ class Config(AgentConfig, UpdateConfig, ScheduleConfig, AlgorithmSettings, signa
         super().__post_init__()
         check_split(self.env, "train_split", self.train_split)
         check_split(self.env, "test_split", self.test_split)
-        held_out = set(parse_task_ids(self.train_task_ids) if self.train_task_ids else []) & set(
-            ENVS[self.env].splits[self.test_split]
-        )
-        if held_out:
-            raise ValueError(
-                f"--train-task-ids: {sorted(held_out)[:5]} are in the test split {self.test_split} (held out)"
-            )
+        if self.train_task_ids:
+            ids = set(parse_task_ids(self.train_task_ids))
+            if held_out := sorted(ids & set(ENVS[self.env].splits[self.test_split])):
+                raise ValueError(f"--train-task-ids: {held_out[:5]} are in the test split {self.test_split}")
+            if len(ids) < self.tasks_per_step:
+                raise ValueError(
+                    f"--train-task-ids: {len(ids)} tasks, fewer than --tasks-per-step {self.tasks_per_step}"
+                )
         if self.ref_device == "cpu" and self.lora_rank:  # nothing to move: the reference is the policy's base
             raise ValueError(
                 "--ref-device cpu does nothing with --lora-rank: the reference model is the policy's "

@@ -24,6 +24,7 @@ TRAIN_BAD = [
     (["--train-split", "nope"], "babyai has the splits train, val, test"),
     (["--test-split", "nope"], "babyai has the splits train, val, test"),
     (["--train-task-ids", "3-x"], "expected comma-separated task ids (data_idx) and ranges"),
+    (["--train-task-ids", "1,2", "--tasks-per-step", "4"], "2 tasks, fewer than --tasks-per-step 4"),
     (
         ["--env", "textcraft", "--test-split", "depth1-val", "--train-task-ids", "0-10"],
         "[3, 8] are in the test split",
