@@ -25,6 +25,7 @@ skipped when its output exists (an interrupted recipe continues where it stopped
     python benchmarks/paper_table.py --env textcraft --demos 256 --seeds ""      # SFT on 256 demonstrations
     python benchmarks/paper_table.py --env sciworld --rl-steps 16                 # 16 RL steps, not 8
     python benchmarks/paper_table.py --env textcraft --pick 75    # RL on the goals SFT solves sometimes
+    python benchmarks/paper_table.py --env textcraft --disjoint   # RL on goals no demonstration shows
     python benchmarks/paper_table.py --table                      # the table from what is in --root
 
 A lever (more RL steps, another horizon, ...) is judged on validation before any test episode: a
@@ -154,6 +155,11 @@ def split_ids(env: str, split: str) -> list[int]:
     return list(ENVS[env].splits[split])
 
 
+def ids_of(tasks) -> str:
+    """Task ids as eval.py's --task-ids and train.py's --train-task-ids read them."""
+    return ",".join(map(str, tasks))
+
+
 def recipe(env: str, root: str, seeds: list[int], extra: list[str], val_only: bool = False) -> None:
     """Every stage of `env`'s row in order (with `val_only`, all but the test episodes); `extra`
     (e.g. --threads 1) goes to every model command."""
@@ -166,26 +172,32 @@ def recipe(env: str, root: str, seeds: list[int], extra: list[str], val_only: bo
     sft = "--batch-size 8 --lr 1e-4 --mask-actions off --context-turns 0"
     inflight = r.get("parallel", 64)  # environment instances at once in the expert's and DAgger's stages
 
-    def evaluate(name: str, model: str, split: str, episodes: tuple[int, int]) -> None:
+    def evaluate(name: str, model: str, split: str | list[int], episodes: tuple[int, int]) -> None:
         tasks, samples = episodes  # the same tasks x samples at evaluation seed 1 for every model
-        where = f"--split {split} --limit {tasks} --n-samples {samples} --seed 1 --horizon {turns} "
+        where = f"--split {split} --limit {tasks}"  # a split's first tasks, or these ones:
+        where = f"--task-ids {ids_of(split[:tasks])}" if isinstance(split, list) else where
+        where += f" --n-samples {samples} --seed 1 --horizon {turns} "
         where += f"--parallel {r.get('eval_parallel', inflight)}"
         stage(d, name, f"eval.py --model {model} --env {env} {where} {FREE} --out {d}/{name}", extra)
         check_errors(os.path.join(d, name))
 
-    expert = f"--expert on --split {train} --limit {r['expert']} --parallel {inflight}"
-    stage(d, "demos", f"eval.py --env {env} {expert} --out {d}/demos")
+    pool = split_ids(env, rl_train)  # RL's tasks
+    dagger_pool, demos = pool, f"--split {train} --limit {r['expert']}"
+    if r.get("disjoint"):  # no demonstration or DAgger label shows a task RL trains on
+        dagger_pool = pool[::3] + [t for t in split_ids(env, train) if t not in set(pool)]
+        pool = [t for k, t in enumerate(pool) if k % 3]
+        demos = f"--task-ids {ids_of(dagger_pool[: r['expert']])}"
+    stage(d, "demos", f"eval.py --env {env} --expert on {demos} --parallel {inflight} --out {d}/demos")
     stage(d, "sft", f"sft.py --model smollm2 --env {env} --data {d}/demos/trajectories.jsonl "
                     f"--demos {r['demos']} --epochs 3 {sft} --out {d}/sft", extra)  # fmt: skip
     imitation = ["sft"]  # the imitation checkpoints, in order
     labels = [f"{d}/demos/first.jsonl"]  # DAgger's aggregate: every round trains on all labels so far
     if r["dagger"]:
         first_successes(f"{d}/demos/trajectories.jsonl", labels[0], r["demos"])
-    pool = split_ids(env, rl_train)
     for k, n in enumerate(r["dagger"], start=1):  # round k: the last checkpoint's own episodes on the
         name = "dagger" if k == 1 else f"dagger{k}"  # next n train tasks, labelled by the expert
         first = sum(r["dagger"][: k - 1])
-        ids = ",".join(str(pool[(first + j) % len(pool)]) for j in range(min(n, len(pool))))
+        ids = ids_of(dagger_pool[(first + j) % len(dagger_pool)] for j in range(min(n, len(dagger_pool))))
         last = f"{d}/{imitation[-1]}/checkpoint"
         policy = f"eval.py --model {last} --env {env} --task-ids {ids} --parallel {inflight}"
         stage(d, f"{name}_policy", f"{policy} --horizon {turns} {FREE} --out {d}/{name}_policy", extra)
@@ -201,10 +213,10 @@ def recipe(env: str, root: str, seeds: list[int], extra: list[str], val_only: bo
     for name in imitation:  # choose on validation: the best imitation checkpoint is RL's start
         evaluate(f"val_{name}", f"{d}/{name}/checkpoint", val, r["val"])
     best = best_imitation(d, imitation, metric_of(env))
-    picked = ""
+    picked = f"--train-task-ids {ids_of(pool)}" if r.get("disjoint") else ""
     if r.get("pick"):  # RL's tasks: those the best imitation checkpoint solves sometimes, not always
-        evaluate(f"pick_{best}", f"{d}/{best}/checkpoint", rl_train, (r["pick"], PICK_SAMPLES))
-        picked = "--train-task-ids " + ",".join(map(str, informative(os.path.join(d, f"pick_{best}"))))
+        evaluate(f"pick_{best}", f"{d}/{best}/checkpoint", pool, (r["pick"], PICK_SAMPLES))
+        picked = "--train-task-ids " + ids_of(informative(os.path.join(d, f"pick_{best}")))
     steps = r.get("steps", 8)
     per_stage = steps // len(r["rounds"].split(","))  # ScalingInter-RL's stages share the steps evenly
     rl = (
@@ -439,6 +451,12 @@ def main(argv=None):
         help="RL trains only on those of the first N rl_train tasks that the best imitation checkpoint "
         f"solves sometimes, not always ({PICK_SAMPLES} samples each)",
     )
+    p.add_argument(
+        "--disjoint",
+        action="store_true",
+        help="the demonstrations (and DAgger's labels) never show a task RL trains on: every third "
+        "rl_train task goes to the expert, with the train tasks outside rl_train; RL draws the rest",
+    )
     p.add_argument("--val-only", action="store_true", help="stop before the test episodes (a lever on trial)")
     p.add_argument("--table", action="store_true", help="print the table (also written to <root>/table.md)")
     p.add_argument(
@@ -464,6 +482,8 @@ def main(argv=None):
             RECIPES[args.env] = dict(RECIPES[args.env], steps=args.rl_steps)
         if args.pick:
             RECIPES[args.env] = dict(RECIPES[args.env], pick=args.pick)
+        if args.disjoint:
+            RECIPES[args.env] = dict(RECIPES[args.env], disjoint=True)
         recipe(args.env, args.root, [int(s) for s in args.seeds.split(",") if s], extra, args.val_only)
     if args.table or args.env:
         text = table(args.root)

@@ -239,10 +239,41 @@ def test_pick_trains_rl_on_the_tasks_the_baseline_solves_sometimes_not_always(tm
         ["--env", "textcraft", "--pick", "6", "--seeds", "0", "--val-only", "--root", str(tmp_path)]
     )
     cmd = dict(calls)
-    pick = "--split depth1-train --limit 6 --n-samples 8 --seed 1 --horizon 5 "
+    pick = "--task-ids 0,1,2,5,6,7 --n-samples 8 --seed 1 --horizon 5 "  # depth1-train's first 6
     assert f"--model {tmp_path}/textcraft/sft/checkpoint --env textcraft {pick}" in cmd["pick_sft"]
     assert [n for n, _ in calls][-3:] == ["pick_sft", "rl_s0", "val_rl_s0"]
     assert "--train-split depth1-train --train-task-ids 1,6,10,11 --test-split depth1-val " in cmd["rl_s0"]
     _eval(tmp_path / "few", {1: [1, 0], 2: [1, 1], 3: [0, 1], 4: [1, 0]})
     with pytest.raises(SystemExit, match="only 3 tasks solved sometimes and not always, too few"):
         paper_table.informative(str(tmp_path / "few"))
+
+
+def test_disjoint_demonstrations_and_dagger_labels_never_show_a_task_rl_trains_on(tmp_path, monkeypatch):
+    """--disjoint: every third rl_train task goes to the expert (then the train tasks outside
+    rl_train), DAgger relabels from those too, and RL draws the other two thirds."""
+    import paper_table
+
+    calls = []
+    monkeypatch.setattr(
+        paper_table, "stage", lambda root, name, command, extra=(), done="": calls.append((name, command))
+    )
+    monkeypatch.setitem(paper_table.RECIPES, "textcraft", dict(paper_table.RECIPES["textcraft"], dagger=[40]))
+    monkeypatch.setattr(paper_table, "best_imitation", lambda d, names, metric: names[0])
+    os.makedirs(tmp_path / "textcraft" / "demos")
+    (tmp_path / "textcraft" / "demos" / "trajectories.jsonl").write_text("")
+    paper_table.main(
+        ["--env", "textcraft", "--disjoint", "--seeds", "0", "--val-only", "--root", str(tmp_path)]
+    )
+    cmd = dict(calls)
+    ids = lambda name, flag: [int(t) for t in cmd[name].split(f"{flag} ")[1].split()[0].split(",")]  # noqa: E731
+    demos, dagger, rl = (
+        ids("demos", "--task-ids"),
+        ids("dagger_policy", "--task-ids"),
+        ids("rl_s0", "--train-task-ids"),
+    )
+    pool = paper_table.split_ids("textcraft", "depth1-train")
+    assert "--expert on" in cmd["demos"] and len(demos) == 80  # the recipe's expert episodes
+    assert demos[:25] == pool[::3] and min(demos[25:]) >= 125  # then depth-2 goals, in train order
+    assert dagger == demos[:40]
+    assert rl == [t for t in pool if t not in demos] and len(rl) == 50
+    assert not set(rl) & (set(demos) | set(dagger))
