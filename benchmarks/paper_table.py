@@ -109,6 +109,7 @@ RECIPES = {
     ),
 }
 SEEDS = "0,1,2"
+TASKS_PER_STEP = 4  # RL's tasks per step (each a GRPO group of 4 episodes)
 RL_EVAL = 20  # validation tasks each RL run evaluates before and after training
 PICK_SAMPLES = 8  # --pick: each rl_train task's episodes that tell "sometimes" from "always" or "never"
 RL_VAL_SAMPLES = 4  # each RL seed's final model on the val tasks x this: how a lever is judged (--compare)
@@ -221,7 +222,7 @@ def recipe(env: str, root: str, seeds: list[int], extra: list[str], val_only: bo
     per_stage = steps // len(r["rounds"].split(","))  # ScalingInter-RL's stages share the steps evenly
     rl = (
         f"train.py --model {d}/{best}/checkpoint --env {env} {FREE} --rounds {r['rounds']} "
-        f"--steps-per-stage {per_stage} --steps {steps} --tasks-per-step 4 --group-size 4 "
+        f"--steps-per-stage {per_stage} --steps {steps} --tasks-per-step {TASKS_PER_STEP} --group-size 4 "
         f"--minibatch-size 16 --micro-batch-size 8 --lora-rank 16 --kl-coef 0 --lr 1e-4 "
         f"--train-split {rl_train} {picked} --test-split {val} --eval-episodes {RL_EVAL}"
     )
@@ -254,7 +255,7 @@ def informative(folder: str) -> list[int]:
     """The tasks of an evaluation (pick_<checkpoint>/) whose episodes neither all succeeded nor all
     failed: a GRPO group on them can differ, so it carries a signal (a flat group carries none)."""
     tasks = [t for t, rate in per_task(folder, "success").items() if 0 < rate < 1]
-    if len(tasks) < 4:  # the recipe's tasks per step
+    if len(tasks) < TASKS_PER_STEP:
         raise SystemExit(
             f"{folder}: only {len(tasks)} tasks solved sometimes and not always, too few to draw from"
         )
