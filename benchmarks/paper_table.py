@@ -80,7 +80,8 @@ FREE = "--mask-actions off --context-turns 0 --max-new-tokens 64"
 # third round on the next, deeper train goals taught nothing: docs/sft.md). WebArena has 35
 # offline tasks in all (7 validate, 7 test): its evaluations cannot reach 100 distinct episodes.
 # BabyAI's 24 RL steps were chosen on validation over 8 (--compare, docs/paper-table.md); TextCraft's
-# 24 were not (its 8 kept), nor its RL on the goals SFT solves sometimes (`pick`: --pick N).
+# 24 were not (its 8 kept), nor its RL on the goals SFT solves sometimes (`pick`: --pick N), nor
+# demonstrations and RL on disjoint goals (`disjoint`: --disjoint).
 RECIPES = {
     "babyai": dict(expert=80, demos=64, rounds="5", dagger=[32], steps=24, val=(32, 8), test=(100, 1)),
     "textcraft": dict(
