@@ -224,7 +224,7 @@ def recipe(env: str, root: str, seeds: list[int], extra: list[str], val_only: bo
     rl = (
         f"train.py --model {d}/{best}/checkpoint --env {env} {FREE} --rounds {r['rounds']} "
         f"--steps-per-stage {per_stage} --steps {steps} --tasks-per-step {TASKS_PER_STEP} --group-size 4 "
-        f"--minibatch-size 16 --micro-batch-size 8 --lora-rank 16 --kl-coef 0 --lr 1e-4 "
+        f"--minibatch-size 16 --micro-batch-size 8 --lora-rank 16 --kl-coef 0 --lr {r.get('lr', '1e-4')} "
         f"--train-split {rl_train} {picked} --test-split {val} --eval-episodes {RL_EVAL}"
     )
     for seed in seeds:
@@ -446,6 +446,7 @@ def main(argv=None):
     p.add_argument(
         "--rl-steps", type=int, help="RL steps instead of the recipe's (its stages share them evenly)"
     )
+    p.add_argument("--rl-lr", help="RL's learning rate instead of the recipe's 1e-4 (e.g. 5e-4)")
     p.add_argument(
         "--pick",
         type=int,
@@ -482,6 +483,8 @@ def main(argv=None):
             RECIPES[args.env] = dict(RECIPES[args.env], demos=args.demos, expert=expert)
         if args.rl_steps:
             RECIPES[args.env] = dict(RECIPES[args.env], steps=args.rl_steps)
+        if args.rl_lr:
+            RECIPES[args.env] = dict(RECIPES[args.env], lr=args.rl_lr)
         if args.pick:
             RECIPES[args.env] = dict(RECIPES[args.env], pick=args.pick)
         if args.disjoint:

@@ -195,10 +195,11 @@ def test_a_lever_is_judged_on_validation_paired_over_tasks_before_any_test_episo
         paper_table, "stage", lambda root, name, command, extra=(), done="": calls.append((name, command))
     )
     monkeypatch.setattr(paper_table, "best_imitation", lambda d, names, metric: names[0])
-    paper_table.main(["--env", "searchqa", "--rl-steps", "24", "--seeds", "0,1", "--val-only", "--root",
-                      str(tmp_path)])  # fmt: skip
+    paper_table.main(["--env", "searchqa", "--rl-steps", "24", "--rl-lr", "5e-4", "--seeds", "0,1",
+                      "--val-only", "--root", str(tmp_path)])  # fmt: skip
     assert [n for n, _ in calls][-4:] == ["rl_s0", "val_rl_s0", "rl_s1", "val_rl_s1"]
-    assert "--steps 24 " in dict(calls)["rl_s1"]
+    assert "--steps 24 " in dict(calls)["rl_s1"] and "--lr 5e-4 " in dict(calls)["rl_s1"]
+    assert "--lr 1e-4 " in dict(calls)["sft"]  # the imitation stages keep theirs
 
     before, after = tmp_path / "before", tmp_path / "after"
     _eval(before / "babyai" / "val_rl_s0", {1: [1, 0], 2: [0, 0], 3: [1, 1]})
