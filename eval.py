@@ -524,6 +524,7 @@ def write_evaluation(cfg: EvalConfig, summary: dict, trajs: list, n_tasks: int) 
         # what a policy's episodes depend on beyond the command (docs/sft.md, "The same command ...")
         threads=torch.get_num_threads(),
         mixed_precision=cfg.mixed_precision,
+        cpu=torch.backends.cpu.get_cpu_capability(),  # the kernels' instruction set: AVX2, AVX512, ...
     )
     with open(os.path.join(cfg.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)

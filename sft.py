@@ -344,6 +344,7 @@ def sft(cfg: Config) -> dict:
         # what the weights' bits depend on beyond the command (docs/sft.md, "The same command ...")
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
+        "cpu": torch.backends.cpu.get_cpu_capability(),  # the kernels' instruction set: AVX2, AVX512, ...
     }
     if main:
         write_results(cfg, policy, summary, metrics_path)

@@ -98,3 +98,12 @@ def test_the_recipe_run_twice_gives_identical_weights(tmp_path):
         fingerprints.append(json.loads(line.removeprefix("FINGERPRINT ")))
     first, second = fingerprints
     assert first == second, f"stages that differ: {[k for k in first if first[k] != second[k]]}"
+    # what the bits depend on beyond the command is recorded, so that a rerun elsewhere can tell
+    import torch
+
+    sft_summary = json.load(open(tmp_path / "run1" / "sft" / "summary.json"))
+    eval_summary = json.load(open(tmp_path / "run1" / "dagger_policy" / "summary.json"))
+    assert sft_summary["threads"] == eval_summary["threads"] == 1
+    assert sft_summary["torch"] == torch.__version__
+    assert sft_summary["cpu"] == eval_summary["cpu"] == torch.backends.cpu.get_cpu_capability()
+    assert eval_summary["mixed_precision"] == "bf16"
