@@ -24,6 +24,7 @@ skipped when its output exists (an interrupted recipe continues where it stopped
     python benchmarks/paper_table.py --env textcraft --dagger 32,64 --seeds ""   # imitation only
     python benchmarks/paper_table.py --env textcraft --demos 256 --seeds ""      # SFT on 256 demonstrations
     python benchmarks/paper_table.py --env sciworld --rl-steps 16                 # 16 RL steps, not 8
+    python benchmarks/paper_table.py --env searchqa --rl-lr 5e-4                  # RL's lr, not 1e-4
     python benchmarks/paper_table.py --env textcraft --pick 75    # RL on the goals SFT solves sometimes
     python benchmarks/paper_table.py --env textcraft --disjoint   # RL on goals no demonstration shows
     python benchmarks/paper_table.py --table                      # the table from what is in --root
