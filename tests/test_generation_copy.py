@@ -13,6 +13,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from agent import Policy, generation_model
+from benchmarks.decode_step import PACKING
 from machinery import lora
 from machinery.kv_cache import Decoder, ReservedLayer, decode_attention, prefill, use_decode_attention
 
@@ -227,8 +228,7 @@ def test_the_decode_benchmarks_hand_written_step_gives_transformers_logits():
 
 
 @pytest.mark.skipif(
-    not torch.ops.mkldnn._is_mkldnn_bf16_supported(),
-    reason="oneDNN packs bf16 weights only on CPUs with AVX512 or AVX-NE-CONVERT (decode_step.PACKING)",
+    not PACKING, reason="oneDNN packs bf16 weights only on CPUs with AVX512 or AVX-NE-CONVERT"
 )
 def test_the_decode_benchmarks_packed_weights_give_transformers_logits():
     """decode_step.py's `Packed` linears (bf16 weights packed once for oneDNN) compute what
