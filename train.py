@@ -128,8 +128,11 @@ class Config(AgentConfig, UpdateConfig, ScheduleConfig, AlgorithmSettings, signa
         check_split(self.env, "test_split", self.test_split)
         if self.train_task_ids:
             ids = set(parse_task_ids(self.train_task_ids))
-            if held_out := sorted(ids & set(ENVS[self.env].splits[self.test_split])):
-                raise ValueError(f"--train-task-ids: {held_out[:5]} are in the test split {self.test_split}")
+            splits = ENVS[self.env].splits  # held out: --test-split and every other val or test split
+            held_out = [self.test_split] + [n for n in splits if {"val", "test"} & set(n.split("-"))]
+            for name in dict.fromkeys(held_out):
+                if seen := sorted(ids & set(splits[name])):
+                    raise ValueError(f"--train-task-ids: {seen[:5]} are in the held-out split {name}")
             if len(ids) < self.tasks_per_step:
                 raise ValueError(
                     f"--train-task-ids: {len(ids)} tasks, fewer than --tasks-per-step {self.tasks_per_step}"

@@ -27,7 +27,11 @@ TRAIN_BAD = [
     (["--train-task-ids", "1,2", "--tasks-per-step", "4"], "2 tasks, fewer than --tasks-per-step 4"),
     (
         ["--env", "textcraft", "--test-split", "depth1-val", "--train-task-ids", "0-10"],
-        "[3, 8] are in the test split",
+        "[3, 8] are in the held-out split depth1-val",
+    ),
+    (  # a task of a held-out split other than --test-split is refused too
+        ["--env", "textcraft", "--test-split", "depth1-val", "--train-task-ids", "0,1,2,4"],
+        "[4] are in the held-out split test",
     ),
     (["--env", "textcraft", "--test-split", "mission-test"], "textcraft has the splits train, val, test"),
     (["--model", "runs/nope/checkpoint"], "no such file or folder (looked for " + os.path.join(ROOT, "runs")),
