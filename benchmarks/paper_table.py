@@ -95,7 +95,7 @@ RECIPES = {
         val=(25, 8),
         test=(25, 4),
     ),
-    "searchqa": dict(expert=80, demos=64, rounds="5", dagger=[], steps=16, val=(32, 8), test=(100, 1)),
+    "searchqa": dict(expert=80, demos=64, rounds="5", dagger=[], steps=32, val=(32, 8), test=(100, 1)),
     "webarena": dict(expert=21, demos=21, rounds="5", dagger=[21], parallel=4, val=(7, 4), test=(7, 4)),
     "sciworld": dict(
         expert=200,
