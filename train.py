@@ -87,7 +87,7 @@ class Config(AgentConfig, UpdateConfig, ScheduleConfig, AlgorithmSettings, signa
     """task split to train on"""
     train_task_ids: str = flag("", check=check_task_ids)
     """task ids (data_idx) to train on instead of --train-split, e.g. 0-9,12 (benchmarks/paper_table.py
-    --pick: the goals a policy solves sometimes); none of them in --test-split"""
+    --pick: the goals a policy solves sometimes); none of them in any val or test split"""
     test_split: str = "test"
     """held-out split for eval_before / eval_after"""
     tasks_per_step: int = flag(8, at_least=1)
