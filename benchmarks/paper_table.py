@@ -79,7 +79,8 @@ FREE = "--mask-actions off --context-turns 0 --max-new-tokens 64"
 # tasks (envs.py's find-*). TextCraft's RL draws depth-1 goals (its train split is mostly depth 2-4,
 # which 5 turns cannot craft: every group failed alike, no signal) and so do its DAgger rounds (a
 # third round on the next, deeper train goals taught nothing: docs/sft.md). WebArena has 35
-# offline tasks in all (7 validate, 7 test): its evaluations cannot reach 100 distinct episodes.
+# offline tasks in all (7 validate, 7 test): its evaluations cannot reach 100 distinct episodes
+# (validation still takes 8 samples a task, for the pass@8 every row reports).
 # BabyAI's 24 RL steps were chosen on validation over 8 (--compare, docs/paper-table.md); TextCraft's
 # 24 were not (its 8 kept), nor its RL on the goals SFT solves sometimes (`pick`: --pick N), nor
 # demonstrations and RL on disjoint goals (`disjoint`: --disjoint).
@@ -96,7 +97,7 @@ RECIPES = {
         test=(25, 4),
     ),
     "searchqa": dict(expert=80, demos=64, rounds="5", dagger=[], steps=32, val=(32, 8), test=(100, 1)),
-    "webarena": dict(expert=21, demos=21, rounds="5", dagger=[21], parallel=4, val=(7, 4), test=(7, 4)),
+    "webarena": dict(expert=21, demos=21, rounds="5", dagger=[21], parallel=4, val=(7, 8), test=(7, 4)),
     "sciworld": dict(
         expert=200,
         demos=160,
