@@ -268,7 +268,10 @@ def evaluate_in_training(run, when: str, step: int = 0) -> dict:
     if evaluate_now:
         run.summary[f"eval_{when}"] = ev
         if run.main:
-            write_trajectories(os.path.join(cfg.out, f"eval_{when}", "trajectories.jsonl"), episodes)
+            folder = os.path.join(cfg.out, f"eval_{when}")
+            write_trajectories(os.path.join(folder, "trajectories.jsonl"), episodes)
+            with open(os.path.join(folder, "summary.json"), "w") as f:  # for a --resume of a run cut short
+                json.dump(ev, f, indent=1)
             before = run.summary.get("eval_before", {}).get("success_rate", float("nan"))
             errors = f" ({ev['errors']} episodes with environment errors left out)" if ev["errors"] else ""
             print(

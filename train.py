@@ -15,7 +15,7 @@ The loop, one step at a time (paper, section 2):
         machinery/metrics.py, machinery/checkpoint.py)
 The default run also evaluates the policy on the held-out test split before and after training
 and writes both to <out>/summary.json (`eval_before`, `eval_after`, same keys as eval.py), their
-episodes to <out>/eval_before/ and <out>/eval_after/, and at the end <out>/report.html (view.py:
+episodes and figures to <out>/eval_before/ and <out>/eval_after/, and at the end <out>/report.html (view.py:
 learning curves, the episodes, which test tasks flipped; `--save-rollouts-every N` adds every
 Nth step's rollouts, <out>/rollouts/step_N.jsonl).
 

@@ -95,11 +95,15 @@ def restore_rng(saved: dict, folder: str) -> int:
 
 def previous_outputs(cfg, saved: dict | None, start: int, main: bool) -> tuple[dict, list]:
     """The summary and the metrics of the steps before `start`: a resumed run's, trimmed back to its
-    checkpoint (outputs of later steps cleared); a fresh run's, empty."""
+    checkpoint (outputs of later steps cleared; a run cut short wrote no summary.json, so its
+    evaluation before training comes from eval_before/); a fresh run's, empty."""
     summary = {"config": dataclasses.asdict(cfg)}
     summary_path = os.path.join(cfg.out, "summary.json")
     if saved and os.path.exists(summary_path):
         summary = {**json.load(open(summary_path)), "config": dataclasses.asdict(cfg)}
+    before = os.path.join(cfg.out, "eval_before", "summary.json")  # a run cut short has no summary.json
+    if saved and "eval_before" not in summary and os.path.exists(before):
+        summary["eval_before"] = json.load(open(before))
     if main:
         clear_outputs(cfg.out, saved["step"] if saved else 0)
     dist.barrier()  # the main process has trimmed metrics.jsonl: now every process may read it

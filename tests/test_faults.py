@@ -91,9 +91,10 @@ def test_a_dead_url_is_a_clear_error_before_anything_runs(tmp_path):
 def test_a_kill_while_checkpointing_keeps_the_previous_checkpoint_and_resume_is_exact(tmp_path, monkeypatch):
     """Run b is killed while writing step 3's checkpoint (its weights written, not its state):
     `checkpoint` is still step 2's, complete; resuming from it re-runs step 3 (metrics.jsonl is
-    trimmed, not 1,2,3,3) and ends exactly where an uninterrupted run a ends."""
+    trimmed, not 1,2,3,3) and ends exactly where an uninterrupted run a ends, its summary holding
+    the evaluation before training that the killed run made (a cut run writes no summary.json)."""
     a, b = tmp_path / "a", tmp_path / "b"
-    train(small(a))
+    train(small(a, eval_episodes=2))
     save = torch.save
 
     def killed_at_step_3(obj, path, *args, **kw):
@@ -103,13 +104,16 @@ def test_a_kill_while_checkpointing_keeps_the_previous_checkpoint_and_resume_is_
 
     monkeypatch.setattr(torch, "save", killed_at_step_3)
     with pytest.raises(KeyboardInterrupt):
-        train(small(b))
+        train(small(b, eval_episodes=2))
     monkeypatch.setattr(torch, "save", save)
+    assert not (b / "summary.json").exists() and (b / "eval_before" / "summary.json").exists()
     assert torch.load(b / "checkpoint" / "state.pt", weights_only=False)["step"] == 2
     assert torch.load(b / "checkpoint.prev" / "state.pt", weights_only=False)["step"] == 1
     assert (b / "checkpoint.tmp" / "model.safetensors").exists()  # the half-written one, unused
     assert [r["step"] for r in rows(b)] == [1, 2, 3]
-    train(small(b, resume=str(b / "checkpoint")))
+    train(small(b, eval_episodes=2, resume=str(b / "checkpoint")))
+    before = [json.load(open(run / "summary.json"))["eval_before"] for run in (a, b)]
+    assert before[0] == before[1] and before[0]["n_episodes"] == 2
     ra, rb = rows(a), rows(b)
     assert [r["step"] for r in rb] == [1, 2, 3] and [r["horizon"] for r in rb] == [2, 3, 3]
     assert ra[2]["charts/reward"] == rb[2]["charts/reward"]
