@@ -17,7 +17,8 @@ on (envs.py: each environment's train / val / test):
   averaged over its samples and the RL seeds) +- its standard error over tasks.
 
 One command per row; each stage is one of the project's own commands, printed before it runs, and
-skipped when its output exists (an interrupted recipe continues where it stopped):
+skipped when its output exists (an interrupted recipe continues where it stopped, an RL run from
+its last checkpoint, saved every 2 steps):
 
     python benchmarks/paper_table.py --env babyai                 # demos ... RL x 3 seeds, test
     python benchmarks/paper_table.py --env searchqa --seeds 0     # one seed
@@ -116,6 +117,7 @@ TASKS_PER_STEP = 4  # RL's tasks per step (each a GRPO group of 4 episodes)
 RL_EVAL = 20  # validation tasks each RL run evaluates before and after training
 PICK_SAMPLES = 8  # --pick: each rl_train task's episodes that tell "sometimes" from "always" or "never"
 RL_VAL_SAMPLES = 4  # each RL seed's final model on the val tasks x this: how a lever is judged (--compare)
+RL_SAVE_EVERY = 2  # RL checkpoints every 2 steps: a recipe stopped mid-run continues its RL from there
 
 # AgentGym-RL's headline table: Qwen2.5-7B base -> ScalingInter-7B (after RL), for orientation
 PAPER_7B = {
@@ -143,6 +145,14 @@ def stage(root: str, name: str, command: str, extra=(), done: str = "") -> None:
     times = json.load(open(times_path)) if os.path.exists(times_path) else {}
     times[name] = round(time.time() - t0, 1)
     json.dump(times, open(times_path, "w"), indent=1)
+
+
+def resume_flag(out: str) -> str:
+    """` --resume <out>/checkpoint` when an RL run stopped before its end left a checkpoint there
+    (train.py --resume continues it exactly, or from checkpoint.prev after a kill while saving);
+    else nothing."""
+    saved = any(os.path.exists(os.path.join(out, c, "state.pt")) for c in ("checkpoint", "checkpoint.prev"))
+    return f" --resume {out}/checkpoint" if saved else ""
 
 
 def first_successes(src: str, dst: str, n: int) -> None:
@@ -227,10 +237,12 @@ def recipe(env: str, root: str, seeds: list[int], extra: list[str], val_only: bo
         f"train.py --model {d}/{best}/checkpoint --env {env} {FREE} --rounds {r['rounds']} "
         f"--steps-per-stage {per_stage} --steps {steps} --tasks-per-step {TASKS_PER_STEP} --group-size 4 "
         f"--minibatch-size 16 --micro-batch-size 8 --lora-rank 16 --kl-coef 0 --lr {r.get('lr', '1e-4')} "
-        f"--train-split {rl_train} {picked} --test-split {val} --eval-episodes {RL_EVAL}"
+        f"--train-split {rl_train} {picked} --test-split {val} --eval-episodes {RL_EVAL} "
+        f"--save-every {RL_SAVE_EVERY}"
     )
     for seed in seeds:
-        stage(d, f"rl_s{seed}", f"{rl} --seed {seed} --out {d}/rl_s{seed}", extra)
+        out = f"{d}/rl_s{seed}"
+        stage(d, f"rl_s{seed}", f"{rl} --seed {seed} --out {out}{resume_flag(out)}", extra)
         evaluate(f"val_rl_s{seed}", f"{d}/rl_s{seed}/checkpoint", val, (r["val"][0], RL_VAL_SAMPLES))
     if val_only:
         return

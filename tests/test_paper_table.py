@@ -278,3 +278,24 @@ def test_disjoint_demonstrations_and_dagger_labels_never_show_a_task_rl_trains_o
     assert dagger == demos[:40]
     assert rl == [t for t in pool if t not in demos] and len(rl) == 50
     assert not set(rl) & (set(demos) | set(dagger))
+
+
+def test_an_rl_run_stopped_mid_way_is_resumed_from_its_checkpoint(tmp_path, monkeypatch):
+    """RL saves a checkpoint every RL_SAVE_EVERY steps; the recipe, run again, passes --resume to a
+    seed whose run left one (no summary.json: stage() runs it) and starts the others afresh."""
+    import paper_table
+
+    calls = []
+    monkeypatch.setattr(
+        paper_table, "stage", lambda root, name, command, extra=(), done="": calls.append((name, command))
+    )
+    monkeypatch.setattr(paper_table, "best_imitation", lambda d, names, metric: names[0])
+    d = tmp_path / "searchqa"
+    os.makedirs(d / "rl_s1" / "checkpoint.prev")  # killed between save_checkpoint's renames
+    (d / "rl_s1" / "checkpoint.prev" / "state.pt").write_bytes(b"")
+    os.makedirs(d / "rl_s2")  # started, but no checkpoint yet
+    paper_table.recipe("searchqa", str(tmp_path), [0, 1, 2], [], val_only=True)
+    cmd = dict(calls)
+    assert all(f"--save-every {paper_table.RL_SAVE_EVERY}" in cmd[f"rl_s{s}"] for s in (0, 1, 2))
+    assert cmd["rl_s1"].endswith(f"--out {d}/rl_s1 --resume {d}/rl_s1/checkpoint")
+    assert "--resume" not in cmd["rl_s0"] and "--resume" not in cmd["rl_s2"]
