@@ -80,8 +80,8 @@ FREE = "--mask-actions off --context-turns 0 --max-new-tokens 64"
 # tasks (envs.py's find-*). TextCraft's RL draws depth-1 goals (its train split is mostly depth 2-4,
 # which 5 turns cannot craft: every group failed alike, no signal) and so do its DAgger rounds (a
 # third round on the next, deeper train goals taught nothing: docs/sft.md). WebArena has 35
-# offline tasks in all (7 validate, 7 test): its evaluations cannot reach 100 distinct episodes
-# (validation still takes 8 samples a task, for the pass@8 every row reports).
+# offline tasks in all (7 validate, 7 test): its evaluations cannot reach 100 distinct episodes, so
+# its test takes 15 samples a task (105 episodes; validation 8, for the pass@8 every row reports).
 # BabyAI's 24 RL steps were chosen on validation over 8 (--compare, docs/paper-table.md); TextCraft's
 # 24 were not (its 8 kept), nor its RL on the goals SFT solves sometimes (`pick`: --pick N), nor
 # demonstrations and RL on disjoint goals (`disjoint`: --disjoint).
@@ -98,7 +98,7 @@ RECIPES = {
         test=(25, 4),
     ),
     "searchqa": dict(expert=80, demos=64, rounds="5", dagger=[], steps=32, val=(32, 8), test=(100, 1)),
-    "webarena": dict(expert=21, demos=21, rounds="5", dagger=[21], parallel=4, val=(7, 8), test=(7, 4)),
+    "webarena": dict(expert=21, demos=21, rounds="5", dagger=[21], parallel=4, val=(7, 8), test=(7, 15)),
     "sciworld": dict(
         expert=200,
         demos=160,
@@ -246,12 +246,13 @@ def recipe(env: str, root: str, seeds: list[int], extra: list[str], val_only: bo
         evaluate(f"val_rl_s{seed}", f"{d}/rl_s{seed}/checkpoint", val, (r["val"][0], RL_VAL_SAMPLES))
     if val_only:
         return
-    # the test episodes, once per checkpoint, the same for all of them
-    evaluate("test_base", "smollm2", test, r["test"])
+    # the test episodes, once per checkpoint, the same for all of them; the base model last (it
+    # rarely ends an episode, so it takes longest): a row stopped midway has its comparison first
     for name in imitation:
         evaluate(f"test_{name}", f"{d}/{name}/checkpoint", test, r["test"])
     for seed in seeds:
         evaluate(f"test_rl_s{seed}", f"{d}/rl_s{seed}/checkpoint", test, r["test"])
+    evaluate("test_base", "smollm2", test, r["test"])
 
 
 def check_errors(folder: str, most: float = 0.05) -> None:

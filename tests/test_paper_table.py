@@ -108,7 +108,7 @@ def test_dagger_rounds_take_the_next_train_tasks_and_train_on_every_rounds_label
     cmd = dict(calls)
     d, ids = f"{tmp_path}/textcraft", paper_table.split_ids("textcraft", "depth1-train")
     names = "demos sft dagger_policy dagger sft2 dagger2_policy dagger2 sft3 val_sft val_sft2 val_sft3 "
-    names += "rl_s0 val_rl_s0 test_base test_sft test_sft2 test_sft3 test_rl_s0"
+    names += "rl_s0 val_rl_s0 test_sft test_sft2 test_sft3 test_rl_s0 test_base"
     assert [n for n, _ in calls] == names.split()
     assert f"--model {d}/sft/checkpoint" in cmd["dagger_policy"]
     assert f"--task-ids {','.join(map(str, ids[:2]))} " in cmd["dagger_policy"]
