@@ -211,7 +211,7 @@ def informative(trajs: list) -> list:
     return [t for t in trajs if len(rewards[t.group]) > 1]
 
 
-def dynamic_sampling(trajs: list, roll_more: Callable[[int], list], want: int, max_rounds: int):
+def dynamic_sampling(trajs: list, roll_more: Callable[[int], list], want: int, max_rounds: int, horizon: int):
     """DAPO's dynamic sampling: keep the groups with a reward spread (`informative`), and while
     fewer than `want` groups are kept (on any process: the rounds are decided together, as every
     process rolls out together), call `roll_more(round)` for a fresh set of groups (round = 1, 2, ...;
@@ -220,8 +220,10 @@ def dynamic_sampling(trajs: list, roll_more: Callable[[int], list], want: int, m
     kept (smaller), and when no group was kept, the first round's (as without dynamic sampling: a
     step is never skipped for want of signal, it has only the KL and entropy terms).
     Returns (trajectories to train on, stats): `dynamic/rounds` extra rollouts, `dynamic/groups_kept`
-    (with a reward spread), `dynamic/groups_seen`, and `dynamic/success_all`, the success rate over
-    every episode rolled out (the charts/ metrics then describe only the trained groups)."""
+    (with a reward spread), `dynamic/groups_seen`, and over every episode rolled out `dynamic/success_all`,
+    the success rate, and `dynamic/cut_share_all`, the share the `horizon` cut (the charts/ metrics then
+    describe only the trained groups, whose success a reward spread pulls toward 1/2: the adaptive
+    schedule reads these two)."""
     seen, kept, rounds = list(trajs), informative(trajs), 0
     n_groups = lambda ts: len({t.group for t in ts})
     while rounds < max_rounds and dist.global_max(int(n_groups(kept) < want)):
@@ -231,12 +233,13 @@ def dynamic_sampling(trajs: list, roll_more: Callable[[int], list], want: int, m
         kept += informative(more)
     first = set(list(dict.fromkeys(t.group for t in kept))[:want])  # the first `want` groups rolled out
     kept = [t for t in kept if t.group in first]
+    share = lambda xs: dist.global_sum(float(sum(xs))) / max(1.0, dist.global_sum(float(len(seen))))
     stats = {
         "dynamic/rounds": rounds,
         "dynamic/groups_kept": dist.global_sum(n_groups(kept)),
         "dynamic/groups_seen": dist.global_sum(n_groups(seen)),
-        "dynamic/success_all": dist.global_sum(float(sum(t.success for t in seen)))
-        / max(1.0, dist.global_sum(float(len(seen)))),
+        "dynamic/success_all": share([t.success for t in seen]),
+        "dynamic/cut_share_all": share([not t.done and t.turns >= horizon for t in seen]),
     }
     return kept or list(trajs), stats  # none at all: the first round, as without dynamic sampling
 

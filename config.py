@@ -101,6 +101,7 @@ def load_agent(cfg: AgentConfig, device: str, model: str | None = None, trainabl
     if lora.is_adapter(name):
         policy = load_agent(cfg, device, model=lora.base_of(name))
         policy.model = lora.load_adapters(policy.model, name, trainable)
+        policy.path = name  # where it starts: the base and these adapters (train.py's KL reference)
         return policy
     if tiny.is_tiny(name):
         policy = tiny.load(name, cfg.env, device)

@@ -12,7 +12,11 @@ head, `Linear(hidden, 1)`, and its own optimizer (verl's and the paper's setup).
 the policy's own backbone would be cheaper, but then the value loss pushes on the features the
 policy samples from, `vf_coef` trades one against the other, and one gradient clip covers both;
 with a separate critic the policy's update is the same as GRPO's except for the advantage, which
-is the comparison the paper makes. It costs a second copy of the backbone (small for `tiny`).
+is the comparison the paper makes. It costs a second copy of the backbone (small for `tiny`). It
+trains what the policy trains: every weight, in float32 (weights, gradients and AdamW's two
+moments: 16 bytes a parameter), or, under --lora-rank, its own copies of the policy's adapters over
+a frozen copy of the base (2 bytes a parameter in bf16), with optimizer state for the adapters only
+(benchmarks/memory_plan.py counts both). Its head runs in float32 under autocast, as the LM head.
 V(s_t), the value of the state before agent token t is sampled, is read from the hidden state at
 position t-1, exactly where the logits of token t come from.
 
@@ -78,6 +82,7 @@ from algorithm import (
     outcome_on_last_token,
 )
 from batch import micro_batches
+from machinery import lora
 from machinery.flags import flag
 from machinery.logprobs import position_ids, predicting_positions
 
@@ -106,7 +111,12 @@ class Critic(nn.Module):
     def __init__(self, policy_model: nn.Module):
         super().__init__()
         self.backbone = copy.deepcopy(policy_model.get_decoder())  # e.g. Qwen2Model, no LM head
-        self.backbone.requires_grad_(True)
+        if not lora.has_adapters(policy_model):  # the policy trains every weight: so does the critic
+            self.backbone.requires_grad_(True)
+        # with LoRA: the critic trains its own copies of the policy's adapters over the frozen base
+        for p in self.backbone.parameters():
+            if p.requires_grad:  # a trained weight is float32 (the frozen base may be bf16: no update
+                p.data = p.data.float()  # lost to rounding, as Accelerate keeps the policy's)
         # skip_init: no draw from the RNG, so a PPO run samples exactly what a GRPO run samples
         self.head = nn.utils.skip_init(nn.Linear, policy_model.config.hidden_size, 1)
         nn.init.zeros_(self.head.weight)  # V = 0 at the start: no made-up baseline on step 1
@@ -121,7 +131,8 @@ class Critic(nn.Module):
         rows, cols = predicting_positions(batch.loss_mask.to(device))
         pos = position_ids(attn)
         h = self.backbone(input_ids=ids, attention_mask=attn, position_ids=pos).last_hidden_state  # (B, T, H)
-        v = self.head(h[rows, cols - 1].float()).squeeze(-1)  # (N,): the prefix x_<t, (B, T, H) -> (N,)
+        with torch.autocast(device.type, enabled=False):  # the head in float32 under autocast too
+            v = self.head(h[rows, cols - 1].float()).squeeze(-1)  # (N,): the prefix x_<t, (B, T, H) -> (N,)
         return torch.zeros(batch.loss_mask.shape, device=device).index_put((rows, cols), v)
 
 
@@ -136,7 +147,8 @@ def critic_lr(cfg, lr: float) -> float:
 def init(policy_model: nn.Module, cfg, lr: float) -> State:
     """The critic (from the policy's current backbone) and its own optimizer."""
     critic = Critic(policy_model)
-    return State("critic", critic, torch.optim.AdamW(critic.parameters(), lr=critic_lr(cfg, lr)))
+    trained = [p for p in critic.parameters() if p.requires_grad]  # optimizer state only for these
+    return State("critic", critic, torch.optim.AdamW(trained, lr=critic_lr(cfg, lr)))
 
 
 @torch.no_grad()

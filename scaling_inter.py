@@ -98,7 +98,9 @@ class Adaptive:
 
     def stage(self, step: int, history=()) -> int:
         """0-based stage for `step`, replayed from `history`: one dict per earlier step (steps
-        1..step-1, in order) with `charts/success` and `charts/cut_share`, as train.py logs them."""
+        1..step-1, in order) with `charts/success` and `charts/cut_share`, as train.py logs them;
+        under --dynamic-sampling those describe the kept groups only (a reward spread in each), so the
+        rule reads `dynamic/success_all` and `dynamic/cut_share_all`, every group rolled out."""
         if step < 1:
             raise ValueError(f"training steps count from 1, got {step}")
         if len(history) < step - 1:
@@ -107,8 +109,8 @@ class Adaptive:
         for row in history[: step - 1]:
             if "charts/success" not in row:  # a step whose every episode hit an environment error
                 continue
-            succ.append(row["charts/success"])
-            cut.append(row["charts/cut_share"])
+            succ.append(row.get("dynamic/success_all", row["charts/success"]))
+            cut.append(row.get("dynamic/cut_share_all", row["charts/cut_share"]))
             if stage < len(self.rounds) - 1 and self.lengthen(succ, cut):
                 stage, succ, cut = stage + 1, [], []
         return stage

@@ -329,7 +329,7 @@ def refill(run: Run, trajs: list, step: int, horizon: int, tm=None) -> tuple[lis
     more rounds of `roll_groups` refilling it. Returns (trajectories to train on, stats)."""
     want = len(dist.shard(list(range(run.cfg.tasks_per_step))))
     more = lambda r: usable(roll_groups(run, horizon, tm, r), step)
-    return dynamic_sampling(trajs, more, want, run.cfg.dynamic_max_rounds)
+    return dynamic_sampling(trajs, more, want, run.cfg.dynamic_max_rounds, horizon)
 
 
 def usable(trajs: list, step: int) -> list:

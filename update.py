@@ -28,6 +28,7 @@ Accelerate (DDP or FSDP with several processes).
 import contextlib
 import math
 from dataclasses import dataclass
+from unittest import mock
 
 import numpy as np
 import torch
@@ -72,7 +73,7 @@ class UpdateConfig:
     (config.resolve_precision)"""
     lora_rank: int = flag(0, at_least=0)
     """train rank-R LoRA adapters (machinery/lora.py) instead of all weights; the reference is the base with
-    adapters off; 0: off"""
+    adapters off (started from an adapter folder: that folder, frozen); 0: off"""
     lora_alpha: float = flag(0.0, at_least=0)
     """LoRA scale alpha (the update is alpha / rank * B A); 0: 2 * rank"""
 
@@ -114,8 +115,8 @@ def load_learner(cfg, algo: Algorithm, accelerator, saved: dict | None) -> Learn
 
 def load_models(cfg, accelerator, saved: dict | None):
     """The trained policy (with LoRA adapters, gradient checkpointing as asked), the frozen
-    reference model (None: no KL term, or LoRA, whose reference is the base with its adapters off)
-    and the path of the run's starting weights, which the reference is."""
+    reference model (None: no KL term, or LoRA over a plain base, whose reference is the base with its
+    adapters off) and the path of the run's starting weights, which the reference is."""
     policy = load_agent(cfg, accelerator.device, model=cfg.resume or None, trainable=True)
     half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.mixed_precision)
     if cfg.lora_rank and not lora.has_adapters(policy.model):
@@ -130,7 +131,9 @@ def load_models(cfg, accelerator, saved: dict | None):
         policy.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     ref_path = saved["ref_path"] if saved else policy.path
     ref_model = None
-    if cfg.kl_coef and not adapters:
+    # LoRA's reference is the base with the adapters off, unless the run started from adapters (an SFT
+    # checkpoint saved with --merge-lora false): the base alone is not the policy it started from
+    if cfg.kl_coef and (not adapters or lora.is_adapter(ref_path)):
         ref_device = "cpu" if cfg.ref_device == "cpu" else accelerator.device
         ref_model = load_agent(cfg, ref_device, model=ref_path).model.eval().requires_grad_(False)
         if half and str(ref_device) != "cpu":
@@ -196,7 +199,8 @@ def update(forward, batch, n_trajs: int, algo, cfg, state, accelerator, trained,
     minibatch is every process's share of it (each process cuts its batch into the same number of
     parts) and DDP averages the gradients. Returns the mean of each minibatch's (global) stats, and
     `signals/nonfinite_skips`: the optimizer steps skipped because the loss or a gradient norm was
-    NaN or infinite (the weights are left as they were; machinery/signals.py raises the alarm)."""
+    NaN or infinite (the weights are left as they were; machinery/signals.py raises the alarm), and
+    under fp16 `charts/fp16_overflow_skips`, those its loss scaler skipped (`step_optimizers`)."""
     n_minibatches = max(
         1, math.ceil(dist.global_sum(n_trajs) / cfg.minibatch_size)
     )  # the same on every process
@@ -205,7 +209,7 @@ def update(forward, batch, n_trajs: int, algo, cfg, state, accelerator, trained,
     first = (
         None  # the first minibatch's |log ratio| (mean, max): 0 up to rounding, or pi_old is not the policy's
     )
-    skipped = 0  # optimizer steps skipped for a non-finite loss or gradient
+    skipped = overflows = 0  # optimizer steps skipped for a non-finite loss or gradient; of them, fp16's
     from_forward = pi_old_from_update(cfg, n_trajs)  # pi_old: the first forward (no separate pass)
     for _ in range(cfg.epochs):
         for part in torch.randperm(n_trajs).tensor_split(n_minibatches):
@@ -216,16 +220,12 @@ def update(forward, batch, n_trajs: int, algo, cfg, state, accelerator, trained,
                 mb = batch.select(rows)
                 st = accumulate_gradients(forward, mb, algo, cfg, state, accelerator, filler, from_forward)
             with timed(tm, "optimizer"):
-                # the policy, then the algorithm's own model; the norms are global (the same on every process)
-                norms = [
-                    float(accelerator.clip_grad_norm_(model.parameters(), cfg.max_grad_norm))
-                    for model, _ in trained
-                ]
-                if all(map(math.isfinite, norms + [st["losses/loss"]])):
-                    for _, opt in trained:
-                        opt.step()
-                else:  # a NaN/inf loss or gradient would poison the weights: skip (signals.py's alarm)
-                    skipped += 1
+                norms, stepped = step_optimizers(trained, accelerator, cfg.max_grad_norm, st["losses/loss"])
+                # fp16's scaler skips a step whose scaled gradients overflowed and lowers its scale:
+                # routine in the first steps, not the alarm's business (a non-finite loss still is)
+                overflow = not stepped and accelerator.scaler is not None and math.isfinite(st["losses/loss"])
+                overflows += overflow
+                skipped += not stepped and not overflow
             top = st.pop("max_log_ratio")
             first = first or (st["losses/abs_log_ratio"], top)
             st["losses/grad_norm"] = norms[0]  # the policy's, before clipping
@@ -236,9 +236,43 @@ def update(forward, batch, n_trajs: int, algo, cfg, state, accelerator, trained,
     return {
         **{k: float(np.mean(v)) for k, v in stats.items()},
         "signals/nonfinite_skips": skipped,
+        **({"charts/fp16_overflow_skips": overflows} if accelerator.scaler is not None else {}),
         "charts/on_policy_gap": first[0],
         "charts/on_policy_gap_max": first[1],
     }
+
+
+def step_optimizers(
+    trained: list, accelerator, max_grad_norm: float, loss: float
+) -> tuple[list[float], bool]:
+    """Clip each model's gradients on its own (the policy's, then the algorithm's own model's; the
+    norms are global, the same on every process) and step every optimizer, or none when the loss or
+    a norm is not finite: a NaN/inf would poison the weights (signals.py's alarm). Returns the norms
+    before clipping and whether the optimizers stepped.
+
+    Under fp16 one loss scaler serves every optimizer: it unscales all of them once, before the
+    clips (Accelerate's clip_grad_norm_ unscales every prepared optimizer at each call, so a second
+    model's clip would raise), steps each, and updates its scale once per step, a skipped one
+    included: an overflow (inf gradients, common at fp16's first scales) halves the scale and the
+    next minibatch tries again. Without a scaler (float32, bf16) the unscale is a no-op."""
+    scaler = accelerator.scaler
+    accelerator.unscale_gradients()  # fp16: gradients / loss scale, every optimizer, once
+    with mock.patch.object(accelerator, "unscale_gradients", lambda *a, **k: None):  # (done just above)
+        norms = [
+            float(accelerator.clip_grad_norm_(model.parameters(), max_grad_norm)) for model, _ in trained
+        ]
+    stepped = all(map(math.isfinite, norms + [loss]))
+    if stepped:
+        for _, opt in trained:
+            # the scaler steps the inner optimizer: Accelerate's step would update the scale after each
+            # optimizer, and the next optimizer's gradients would be unscaled a second time
+            if scaler:
+                scaler.step(getattr(opt, "optimizer", opt))
+            else:
+                opt.step()
+    if scaler:
+        scaler.update()
+    return norms, stepped
 
 
 def accumulate_gradients(forward, mb, algo, cfg, state, accelerator, filler=None, pi_old_from_forward=False):

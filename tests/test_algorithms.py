@@ -390,7 +390,7 @@ def test_clip_higher_clips_the_ratio_to_1_minus_eps_low_1_plus_eps_high(ratio, a
 
 
 def traj(group, reward):
-    return SimpleNamespace(group=group, reward=reward, success=reward > 0.5)
+    return SimpleNamespace(group=group, reward=reward, success=reward > 0.5, done=True, turns=1)
 
 
 def test_dynamic_sampling_drops_equal_reward_groups_and_refills_to_the_batch_size():
@@ -401,7 +401,9 @@ def test_dynamic_sampling_drops_equal_reward_groups_and_refills_to_the_batch_siz
         2: [traj(20, 1.0), traj(20, 0.0), traj(21, 0.2), traj(21, 0.7)],
     }  # two
     asked = []
-    kept, stats = dynamic_sampling(first, lambda r: (asked.append(r), rounds[r])[1], want=3, max_rounds=5)
+    kept, stats = dynamic_sampling(
+        first, lambda r: (asked.append(r), rounds[r])[1], want=3, max_rounds=5, horizon=5
+    )
     assert asked == [1, 2]  # stopped as soon as 3 groups had signal
     assert [t.group for t in kept] == [0, 0, 11, 11, 20, 20]  # the first 3 kept groups; 21 dropped
     assert stats["dynamic/rounds"] == 2 and stats["dynamic/groups_kept"] == 3
@@ -416,13 +418,27 @@ def test_dynamic_sampling_stops_at_the_cap_and_never_leaves_the_step_empty():
         lambda r: (asked.append(r), flat(10 * r))[1],
         want=2,
         max_rounds=2,
+        horizon=5,
     )
     assert asked == [1, 2] and [t.group for t in kept] == [1, 1] and stats["dynamic/rounds"] == 2
     first = flat(0) + flat(1)
-    kept, stats = dynamic_sampling(first, lambda r: flat(10 * r), want=2, max_rounds=1)
+    kept, stats = dynamic_sampling(first, lambda r: flat(10 * r), want=2, max_rounds=1, horizon=5)
     assert kept == first and stats["dynamic/groups_kept"] == 0  # no signal anywhere: the first round
-    kept, stats = dynamic_sampling(first, lambda r: 1 / 0, want=2, max_rounds=0)
+    kept, stats = dynamic_sampling(first, lambda r: 1 / 0, want=2, max_rounds=0, horizon=5)
     assert kept == first and stats["dynamic/rounds"] == 0  # a cap of 0 never rolls out
+
+
+def test_dynamic_sampling_reports_success_and_cut_share_over_every_group_rolled_out():
+    """The kept groups have a reward spread by construction (their success is pulled toward 1/2);
+    `dynamic/success_all` and `dynamic/cut_share_all` describe every episode rolled out, the
+    signal the adaptive schedule reads (scaling_inter.Adaptive)."""
+    solved = [SimpleNamespace(group=0, reward=1.0, success=True, done=True, turns=2) for _ in range(2)]
+    mixed = [traj(1, 1.0), SimpleNamespace(group=1, reward=0.0, success=False, done=False, turns=5)]
+    more = [SimpleNamespace(group=10, reward=0.0, success=False, done=False, turns=5) for _ in range(2)]
+    kept, stats = dynamic_sampling(solved + mixed, lambda r: more, want=2, max_rounds=1, horizon=5)
+    assert [t.group for t in kept] == [1, 1]
+    assert stats["dynamic/success_all"] == 3 / 6
+    assert stats["dynamic/cut_share_all"] == 3 / 6  # cut: not done, at the horizon
 
 
 def test_overlong_filter_gives_a_cut_episode_no_gradient_but_keeps_its_reward_in_the_baseline():

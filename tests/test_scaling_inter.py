@@ -51,6 +51,26 @@ def test_a_rise_then_plateau_switches_exactly_when_the_plateau_fills_the_window(
     assert horizons(s, hist) == [2] * 7 + [4]
 
 
+def test_under_dynamic_sampling_the_rule_reads_every_group_rolled_out_not_the_kept_ones():
+    """--dynamic-sampling keeps only groups with a reward spread, so charts/success sits near 1/2
+    while the policy improves: read alone, it is a plateau at once. The rule reads
+    dynamic/success_all and dynamic/cut_share_all (every episode rolled out) instead."""
+    s = adaptive([3, 5], window=2, cut_share=0.5, min_gain=0.05)
+    rising = [0.2, 0.3, 0.4, 0.5, 0.6, 0.7]
+    hist = [
+        {
+            "charts/success": 0.5,
+            "charts/cut_share": 0.8,
+            "dynamic/success_all": a,
+            "dynamic/cut_share_all": 0.8,
+        }
+        for a in rising
+    ]
+    assert set(horizons(s, hist)) == {3}  # still learning over every group: no lengthening
+    plateau = [{**row, "dynamic/success_all": 0.6} for row in hist]
+    assert horizons(s, plateau)[-1] == 5  # flat over every group and cut: lengthen
+
+
 def test_decisions_depend_only_on_the_logged_history_so_a_resume_reproduces_them():
     hist = log(
         [0.1, 0.3, 0.3, 0.31, 0.3, 0.5, 0.7, 0.7, 0.7, 0.7, 0.7, 0.7],
