@@ -65,7 +65,7 @@ from envs import ENVS, EnvSpec, close_pool, open_pool
 from machinery import dist, lora, signals
 from machinery.logprobs import LogprobForward
 from machinery.rng import seed_everything
-from update import UpdateConfig, accumulate_gradients
+from update import UpdateConfig, accumulate_gradients, step_optimizers
 
 SFT_LR = 1e-5
 """A real model's learning rate (AgentGym's bc_trainer: 1e-5 for 7B); the tiny policy's is tiny.LR."""
@@ -90,7 +90,7 @@ class Config(AgentConfig, UpdateConfig):
     max_tokens: int = flag(4096, at_least=0)
     """cut a token row after this many tokens (whole conversation: one row per demonstration); 0: never"""
     merge_lora: bool = True
-    """save LoRA merged into full weights (train.py's KL reference: the SFT model); off: the adapters alone"""
+    """save LoRA merged into full weights; off: the adapters alone (either is train.py's KL reference)"""
     out: str = "runs/sft"
     """output folder: checkpoint/, metrics.jsonl, loss.png, summary.json"""
     valid: str = ""
@@ -377,13 +377,18 @@ def train_epochs(
     bar = tqdm(
         total=cfg.epochs * per_epoch, desc=f"sft on {len(items)} {cfg.env} demonstrations", disable=not main
     )
+    # a process with no share of an uneven last batch still runs every pass the others run (DDP
+    # communicates in each): on this filler, at weight 0 (update.accumulate_gradients)
+    filler = make_batch(items[:1], policy.tokenizer.pad_token_id)
     for _ in range(cfg.epochs):
         order = torch.randperm(len(items)).tolist()
         for s in range(0, len(items), cfg.batch_size):
             step += 1
             mine = dist.shard([items[i] for i in order[s : s + cfg.batch_size]])  # this process's share
-            batch = make_batch(mine, policy.tokenizer.pad_token_id)
-            st, grad_norm = sft_step(run, policy, forward, optimizer, accelerator, batch)
+            batch = (
+                make_batch(mine, policy.tokenizer.pad_token_id) if mine else filler.select(torch.arange(0))
+            )
+            st, grad_norm = sft_step(run, policy, forward, optimizer, accelerator, batch, filler)
             m = {
                 "step": step,
                 "epoch": step / per_epoch,
@@ -402,16 +407,20 @@ def train_epochs(
     return m
 
 
-def sft_step(run: Config, policy: Policy, forward, optimizer, accelerator, batch) -> tuple[dict, float]:
-    """One optimizer step on a batch of demonstration rows: L_SFT's gradients accumulated micro-batch
-    by micro-batch (`update.accumulate_gradients`), clipped to --max-grad-norm. Returns the loss's
-    statistics and the gradient norm before clipping."""
+def sft_step(
+    run: Config, policy: Policy, forward, optimizer, accelerator, batch, filler
+) -> tuple[dict, float]:
+    """One optimizer step on a batch of demonstration rows (this process's share; empty: `filler` at
+    weight 0): L_SFT's gradients accumulated micro-batch by micro-batch (`update.accumulate_gradients`),
+    clipped to --max-grad-norm and stepped as the RL update steps (`update.step_optimizers`: skipped
+    on a NaN, fp16's scaler). Returns the loss's statistics and the gradient norm before clipping."""
     policy.model.train()
     optimizer.zero_grad()
-    stats = accumulate_gradients(forward, batch, SFT, run, None, accelerator)
-    grad_norm = accelerator.clip_grad_norm_(policy.model.parameters(), run.max_grad_norm)
-    optimizer.step()
-    return stats, float(grad_norm)
+    stats = accumulate_gradients(forward, batch, SFT, run, None, accelerator, filler)
+    (grad_norm,), _ = step_optimizers(
+        [(forward, optimizer)], accelerator, run.max_grad_norm, stats["losses/loss"]
+    )
+    return stats, grad_norm
 
 
 def trainable_policy(cfg: Config, device) -> Policy:

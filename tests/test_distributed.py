@@ -156,3 +156,53 @@ def test_fsdp_in_bf16_with_ranks_sharing_prompts_differently_neither_hangs_nor_r
         assert d["gathers"] == [3, 3, 3] and d["grad"]
         assert len(d["logp"]) == len(d["ref"]) > 0
         torch.testing.assert_close(d["logp"], d["ref"].float(), atol=2e-2, rtol=0)
+
+
+def test_sft_on_two_processes_with_an_uneven_last_batch_gives_the_one_process_weights(tiny_path, tmp_path):
+    """9 demonstrations in batches of 8 on 2 processes: the last batch's shares are [[1 item], []].
+    The process with none runs its passes on a weight-0 filler (before: make_batch([]) raised, and
+    the other process would hang in its collectives), and the weights equal one process's for the
+    same global batches (each step is the token mean over the global batch)."""
+    import sft
+
+    records = [
+        {
+            "task": i,
+            "success": True,
+            "actions": ["turn left", "go forward"],
+            "observations": [f"room {i}", f"room {i} again", "done"],
+            "conversation": [
+                {"role": "user", "content": f"You see a red ball {i} steps ahead."},
+                {"role": "assistant", "content": "turn left" + " and think" * (i % 3)},
+                {"role": "user", "content": "You turned left."},
+                {"role": "assistant", "content": "go forward"},
+            ],
+        }
+        for i in range(9)
+    ]
+    data = tmp_path / "demos.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in records))
+    flags = [
+        "--model",
+        tiny_path,
+        "--env",
+        "babyai",
+        "--data",
+        str(data),
+        "--epochs",
+        "2",
+        "--batch-size",
+        "8",
+    ]
+    flags += ["--mask-actions", "off", "--context-turns", "0", "--lr", "1e-3", "--threads", "1"]
+    launch("sft.py", *flags, "--out", str(tmp_path / "two"))
+    sft.main(flags + ["--out", str(tmp_path / "one")])
+    from safetensors.torch import load_file
+
+    two = load_file(tmp_path / "two" / "checkpoint" / "model.safetensors")
+    one = load_file(tmp_path / "one" / "checkpoint" / "model.safetensors")
+    start = load_file(os.path.join(tiny_path, "model.safetensors"))
+    assert two.keys() == one.keys()
+    for k in one:
+        torch.testing.assert_close(two[k], one[k], rtol=1e-3, atol=5e-5)  # AdamW moves a weight ~lr = 1e-3
+    assert max((one[k] - start[k]).abs().max() for k in one) > 1e-3  # there was an update to compare
