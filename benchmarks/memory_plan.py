@@ -2,6 +2,7 @@
 
     python benchmarks/memory_plan.py --model Qwen/Qwen2.5-7B-Instruct --seq-len 16384 --micro-batch-size 1
     python benchmarks/memory_plan.py --plan          # 1.5B, 3B, 7B on one 80 GB GPU: the flags that fit
+    python benchmarks/memory_plan.py --plan --algo ppo   # the same with PPO's critic
 
 `--model` is one of the built-in published shapes (Qwen2.5-0.5B/1.5B/3B/7B-Instruct, SmolLM2-135M-
 Instruct: no hub needed), a local folder, or a hub id (read with AutoConfig when the hub is
@@ -37,6 +38,11 @@ The model of memory (bytes; P parameters, L layers, H hidden, I MLP width, V voc
     mode keeps each generation batch's cache between turns), L * kv_heads * head_dim * tokens
     elements each for keys and values, keys 4 bytes, values 4 (2 under bf16), and one generation
     batch's prefill transient.
+PPO (--algo ppo) adds its critic (ppo.Critic): a copy of the backbone (the LM head left out) with
+a scalar head that trains what the policy trains: every weight in float32 with gradients and
+AdamW's two moments (16 bytes a parameter), or under LoRA a frozen copy of the base (2 bytes in
+bf16) and its own adapters; its forward's activations are alive beside the policy's until the
+loss's backward (the value loss and the policy loss are one backward), so they count twice.
 The constants were fitted to what `benchmarks/update_memory.py` measured on CPU (docs/gpu.md);
 the estimate is a guide to which flags a card needs, not a promise to the last GB.
 """
@@ -77,6 +83,10 @@ class Shape:
         attn = H * H + 2 * H * kv + H * H + (H + 2 * kv if self.qkv_bias else 0)
         layer = attn + 3 * H * self.inter + 2 * H
         return self.vocab * H * (1 if self.tied else 2) + self.layers * layer + H
+
+    def backbone_params(self) -> int:
+        """The decoder without the LM head (what PPO's critic copies); tied: the head is the embedding."""
+        return self.params() - (0 if self.tied else self.vocab * self.hidden)
 
     def lora_params(self, r: int) -> int:
         """Rank-r adapters on every linear layer of every block: r * (in + out) each."""
@@ -131,6 +141,7 @@ class Run:
     ref_cpu: bool = False
     lora: bool = False
     gen_batch: bool = False
+    critic: bool = False  # --algo ppo: the critic's copy of the backbone (not an option: the algorithm's)
 
 
 OPTIONS = [
@@ -153,16 +164,34 @@ def autocast_copy(s: Shape, r: Run) -> float:
     return 2 * (s.lora_params(r.lora_rank) if r.lora else s.params())
 
 
+def critic_parts(s: Shape, r: Run) -> dict[str, float]:
+    """Bytes of PPO's critic: its weights (a frozen base copy under LoRA, plus the float32 weights it
+    trains), their gradients, AdamW's two moments, autocast's bf16 copy of what it trains."""
+    if not r.critic:
+        return {"weights": 0.0, "grads": 0.0, "adam": 0.0, "autocast": 0.0}
+    B = s.backbone_params()
+    trained = s.lora_params(r.lora_rank) if r.lora else B
+    frozen = (2 if r.bf16 else 4) * B if r.lora else 0
+    return {
+        "weights": frozen + 4 * trained,
+        "grads": 4 * trained,
+        "adam": 8 * trained,
+        "autocast": 2 * trained * r.bf16,
+    }
+
+
 def update_parts(s: Shape, r: Run) -> dict[str, float]:
     """Bytes of each part alive at the peak of an update (policy forward/backward + optimizer)."""
     P = s.params()
+    c = critic_parts(s, r)
     act = 2 if r.bf16 else 4
     trained = s.lora_params(r.lora_rank) if r.lora else P
     parts = {
         "weights": (2 * P if r.lora and r.bf16 else 4 * P) + (4 * trained if r.lora else 0),
         "grads+adam": 12 * trained,
         "reference": 0 if (r.ref_cpu or r.lora) else (2 if r.bf16 else 4) * P,
-        "autocast_copy": autocast_copy(s, r),
+        "autocast_copy": autocast_copy(s, r) + c["autocast"],
+        "critic": c["weights"] + c["grads"] + c["adam"],
     }
     rows = r.micro_batch_size if r.micro else r.minibatch_size
     tokens = rows * r.seq_len
@@ -171,6 +200,7 @@ def update_parts(s: Shape, r: Run) -> dict[str, float]:
         parts["activations"] = tokens * (s.layers * s.hidden * 4 + per_layer)
     else:
         parts["activations"] = tokens * s.layers * per_layer
+    parts["activations"] *= 2 if r.critic else 1  # the critic's forward, alive until the same backward
     if r.chunked:
         chunk = max(1, CHUNK_ELEMENTS // s.vocab)
         parts["logits"] = CHUNK_COPIES * 4 * min(chunk, int(tokens * r.agent_frac)) * s.vocab
@@ -201,7 +231,8 @@ def rollout_parts(s: Shape, r: Run) -> dict[str, float]:
         + u["grads+adam"]
         - 4 * (s.lora_params(r.lora_rank) if r.lora else s.params())
         + u["reference"],  # gradients are freed after the optimizer step
-        "autocast_copy": autocast_copy(s, r),
+        "critic": critic_parts(s, r)["weights"] + critic_parts(s, r)["adam"],
+        "autocast_copy": autocast_copy(s, r) + critic_parts(s, r)["autocast"],
         "kv_cache": s.layers * s.kv_heads * s.head_dim * (4 + act) * kept,  # keys fp32, values in act
         "prefill": running * (4 * s.hidden + 2 * s.inter) * act,  # one layer's transient at a time
     }
@@ -209,7 +240,7 @@ def rollout_parts(s: Shape, r: Run) -> dict[str, float]:
 
 def peaks(s: Shape, r: Run) -> tuple[float, float]:
     u = update_parts(s, r)
-    resident = u["weights"] + u["grads+adam"] + u["reference"]
+    resident = u["weights"] + u["grads+adam"] + u["reference"] + u["critic"]
     update = max(sum(u.values()), resident + u["autocast_copy"] + reference_pass(s, r))
     return sum(rollout_parts(s, r).values()) / GB, update / GB
 
@@ -284,6 +315,7 @@ def main():
     p.add_argument("--lora-rank", type=int, default=64)
     p.add_argument("--gpu-gb", type=float, default=80.0)
     p.add_argument("--plan", action="store_true", help="the 1.5B / 3B / 7B plan for one GPU")
+    p.add_argument("--algo", default="grpo", help="ppo: count the critic (the other algorithms have none)")
     a = p.parse_args()
     run = Run(
         seq_len=a.seq_len,
@@ -293,10 +325,11 @@ def main():
         micro_batch_size=a.micro_batch_size,
         lora_rank=a.lora_rank,
         generation_batch_size=a.generation_batch_size,
+        critic=a.algo == "ppo",
     )
     print(
         f"seq_len {a.seq_len}, minibatch {a.minibatch_size} trajectories, rollout batch {a.rollout_batch}, "
-        f"micro-batch {a.micro_batch_size}, LoRA rank {a.lora_rank}"
+        f"micro-batch {a.micro_batch_size}, LoRA rank {a.lora_rank}, {a.algo}"
     )
     if a.plan:
         print("\n".join(plan(run, a.gpu_gb)))
