@@ -29,6 +29,12 @@ its last checkpoint, saved every 2 steps):
     python benchmarks/paper_table.py --env textcraft --pick 75    # RL on the goals SFT solves sometimes
     python benchmarks/paper_table.py --env textcraft --disjoint   # RL on goals no demonstration shows
     python benchmarks/paper_table.py --table                      # the table from what is in --root
+    python benchmarks/paper_table.py --env babyai --model Qwen/Qwen2.5-1.5B-Instruct   # any model, a GPU
+
+--model (default smollm2, the 135M CPU row) is the row's base: SFT starts from it and test_base
+evaluates it; any other model trains with REAL_MODEL_FLAGS (the memory plan's flags for 1.5B and
+3B on one GPU) and SFT at sft.py's own learning rate for a real model, and writes under
+runs/paper-<model> unless --root says where (docs/paper-table.md, "Any model").
 
 A lever (more RL steps, another horizon, ...) is judged on validation before any test episode: a
 copy of the row's imitation stages (skipped, not rerun), RL with the lever, then RL against RL
@@ -118,6 +124,11 @@ RL_EVAL = 20  # validation tasks each RL run evaluates before and after training
 PICK_SAMPLES = 8  # --pick: each rl_train task's episodes that tell "sometimes" from "always" or "never"
 RL_VAL_SAMPLES = 4  # each RL seed's final model on the val tasks x this: how a lever is judged (--compare)
 RL_SAVE_EVERY = 2  # RL checkpoints every 2 steps: a recipe stopped mid-run continues its RL from there
+BASE = "smollm2"  # the CPU row's base model: SmolLM2-135M-Instruct, offline (machinery/gguf_model.py)
+SFT_LR = {BASE: "1e-4"}  # SFT's learning rate per base model; others: sft.py's default for a real model
+REAL_MODEL_FLAGS = "--gradient-checkpointing true --micro-batch-size 1"  # sft.py's and train.py's, for
+# a base other than smollm2 (bf16 comes from --mixed-precision auto on a GPU): what fits 1.5B and 3B
+# (benchmarks/memory_plan.py)
 
 # AgentGym-RL's headline table: Qwen2.5-7B base -> ScalingInter-7B (after RL), for orientation
 PAPER_7B = {
@@ -174,16 +185,20 @@ def ids_of(tasks) -> str:
     return ",".join(map(str, tasks))
 
 
-def recipe(env: str, root: str, seeds: list[int], extra: list[str], val_only: bool = False) -> None:
-    """Every stage of `env`'s row in order (with `val_only`, all but the test episodes); `extra`
-    (e.g. --threads 1) goes to every model command."""
+def recipe(
+    env: str, root: str, seeds: list[int], extra: list[str], val_only: bool = False, model: str = BASE
+) -> None:
+    """Every stage of `env`'s row in order (with `val_only`, all but the test episodes) from the base
+    `model`; `extra` (e.g. --threads 1) goes to every model command."""
     r, d = RECIPES[env], os.path.join(root, env)
+    size = "" if model == BASE else f" {REAL_MODEL_FLAGS}"  # the training commands' memory flags
     os.makedirs(d, exist_ok=True)
     turns = r["rounds"].split(",")[-1]
     train = r.get("train", "train")
     rl_train = r.get("rl_train", train)
     val, test = r.get("splits", ("val", "test"))
-    sft = "--batch-size 8 --lr 1e-4 --mask-actions off --context-turns 0"
+    lr = f" --lr {SFT_LR[model]}" if model in SFT_LR else ""
+    sft = f"--batch-size 8{lr} --mask-actions off --context-turns 0{size}"
     inflight = r.get("parallel", 64)  # environment instances at once in the expert's and DAgger's stages
 
     def evaluate(name: str, model: str, split: str | list[int], episodes: tuple[int, int]) -> None:
@@ -202,7 +217,7 @@ def recipe(env: str, root: str, seeds: list[int], extra: list[str], val_only: bo
         pool = [t for k, t in enumerate(pool) if k % 3]
         demos = f"--task-ids {ids_of(dagger_pool[: r['expert']])}"
     stage(d, "demos", f"eval.py --env {env} --expert on {demos} --parallel {inflight} --out {d}/demos")
-    stage(d, "sft", f"sft.py --model smollm2 --env {env} --data {d}/demos/trajectories.jsonl "
+    stage(d, "sft", f"sft.py --model {model} --env {env} --data {d}/demos/trajectories.jsonl "
                     f"--demos {r['demos']} --epochs 3 {sft} --out {d}/sft", extra)  # fmt: skip
     imitation = ["sft"]  # the imitation checkpoints, in order
     labels = [f"{d}/demos/first.jsonl"]  # DAgger's aggregate: every round trains on all labels so far
@@ -238,7 +253,7 @@ def recipe(env: str, root: str, seeds: list[int], extra: list[str], val_only: bo
         f"--steps-per-stage {per_stage} --steps {steps} --tasks-per-step {TASKS_PER_STEP} --group-size 4 "
         f"--minibatch-size 16 --micro-batch-size 8 --lora-rank 16 --kl-coef 0 --lr {r.get('lr', '1e-4')} "
         f"--train-split {rl_train} {picked} --test-split {val} --eval-episodes {RL_EVAL} "
-        f"--save-every {RL_SAVE_EVERY}"
+        f"--save-every {RL_SAVE_EVERY}{size}"
     )
     for seed in seeds:
         out = f"{d}/rl_s{seed}"
@@ -252,7 +267,7 @@ def recipe(env: str, root: str, seeds: list[int], extra: list[str], val_only: bo
         evaluate(f"test_{name}", f"{d}/{name}/checkpoint", test, r["test"])
     for seed in seeds:
         evaluate(f"test_rl_s{seed}", f"{d}/rl_s{seed}/checkpoint", test, r["test"])
-    evaluate("test_base", "smollm2", test, r["test"])
+    evaluate("test_base", model, test, r["test"])
 
 
 def check_errors(folder: str, most: float = 0.05) -> None:
@@ -449,7 +464,10 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--env", choices=sorted(RECIPES), help="run this environment's recipe")
     p.add_argument("--seeds", default=SEEDS, help="RL seeds (comma-separated; '': stop before RL)")
-    p.add_argument("--root", default="runs/paper", help="where the stages write")
+    p.add_argument(
+        "--root", help="where the stages write (default runs/paper; another --model: runs/paper-<model>)"
+    )
+    p.add_argument("--model", default=BASE, help="the row's base model, a hub id or folder (default smollm2)")
     p.add_argument(
         "--dagger", help="train tasks per DAgger round instead of the recipe's (e.g. 32,64; '': none)"
     )
@@ -484,6 +502,8 @@ def main(argv=None):
         "without the lever), paired over the val tasks",
     )
     args, extra = p.parse_known_args(argv)  # the rest goes to every model-running command (--threads 1)
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", os.path.basename(args.model.rstrip("/")))  # Qwen2.5-1.5B-Instruct
+    args.root = args.root or ("runs/paper" if args.model == BASE else f"runs/paper-{name}")
     if args.compare:
         if not args.env:
             p.error("--compare needs --env")
@@ -504,7 +524,8 @@ def main(argv=None):
             RECIPES[args.env] = dict(RECIPES[args.env], pick=args.pick)
         if args.disjoint:
             RECIPES[args.env] = dict(RECIPES[args.env], disjoint=True)
-        recipe(args.env, args.root, [int(s) for s in args.seeds.split(",") if s], extra, args.val_only)
+        seeds = [int(s) for s in args.seeds.split(",") if s]
+        recipe(args.env, args.root, seeds, extra, args.val_only, args.model)
     if args.table or args.env:
         text = table(args.root)
         with open(os.path.join(args.root, "table.md"), "w") as f:

@@ -299,3 +299,51 @@ def test_an_rl_run_stopped_mid_way_is_resumed_from_its_checkpoint(tmp_path, monk
     assert all(f"--save-every {paper_table.RL_SAVE_EVERY}" in cmd[f"rl_s{s}"] for s in (0, 1, 2))
     assert cmd["rl_s1"].endswith(f"--out {d}/rl_s1 --resume {d}/rl_s1/checkpoint")
     assert "--resume" not in cmd["rl_s0"] and "--resume" not in cmd["rl_s2"]
+
+
+def test_any_model_runs_the_same_protocol_with_its_memory_flags_and_its_own_root(tmp_path, monkeypatch):
+    """`--model <hub id or folder>`: the same stages (validation choice, paired test, seeds) from that
+    base: SFT starts from it and test_base evaluates it; its training commands carry the memory
+    plan's flags and SFT a real model's learning rate; every command parses as its entry point's
+    flags; the row writes under runs/paper-<model>. The default (smollm2) row is unchanged."""
+    import paper_table
+
+    import sft
+    import train
+    from eval import EvalConfig
+    from machinery.flags import parse
+
+    def commands(*argv) -> dict:
+        calls = {}
+        monkeypatch.setattr(
+            paper_table,
+            "stage",
+            lambda root, name, command, extra=(), done="": calls.setdefault(name, command),
+        )
+        monkeypatch.setattr(paper_table, "best_imitation", lambda d, names, metric: names[-1])
+        monkeypatch.setattr(paper_table, "check_errors", lambda folder: None)
+        monkeypatch.setattr(paper_table, "first_successes", lambda src, dst, n: None)
+        monkeypatch.setattr(paper_table, "table", lambda root: root)
+        monkeypatch.chdir(tmp_path)
+        paper_table.main(["--env", "babyai", "--seeds", "0,1", *argv])
+        return calls
+
+    from machinery.gguf_model import resolve_model
+
+    smol = resolve_model("smollm2")  # SmolLM2 by its folder, as a user names any model
+    row, default = commands("--model", smol), commands()
+    assert row.keys() == default.keys()  # the same stages: val_*, rl_s0, rl_s1, test_* ...
+    assert f"sft.py --model {smol} " in row["sft"] and f"eval.py --model {smol} " in row["test_base"]
+    for name in ("sft", "sft2", "rl_s0", "rl_s1"):
+        assert paper_table.REAL_MODEL_FLAGS in row[name] and paper_table.REAL_MODEL_FLAGS not in default[name]
+    assert "--lr 1e-4" in default["sft"] and "--lr" not in row["sft"]  # sft.py's real-model default
+    assert "--model smollm2 " in default["sft"] and "eval.py --model smollm2 " in default["test_base"]
+    assert (
+        f"runs/paper-{os.path.basename(smol)}/babyai/" in row["rl_s0"]
+        and "runs/paper/babyai/" in default["rl_s0"]
+    )
+    entry = {"sft.py": sft.Config, "train.py": train.Config, "eval.py": EvalConfig}
+    for command in row.values():
+        script, *argv = command.split()
+        argv = [smol if a.endswith("/checkpoint") else a for a in argv]  # (checkpoints not yet written)
+        parse(entry[script], argv)  # a bad flag or value exits here
