@@ -14,7 +14,9 @@ on (envs.py: each environment's train / val / test):
 - every checkpoint of the row (base, each imitation checkpoint, each RL seed) is then evaluated
   once on the same test episodes (the same tasks x samples at the same evaluation seed), and the
   gain is RL minus the best imitation checkpoint, paired over the test tasks (each task's figure
-  averaged over its samples and the RL seeds) +- its standard error over tasks.
+  averaged over its samples and the RL seeds) +- its standard error over tasks, and beside it the
+  error of a two-level bootstrap over tasks and seeds (`seeds_aware_se`), which "> 2 SE" is
+  judged on.
 
 One command per row; each stage is one of the project's own commands, printed before it runs, and
 skipped when its output exists (an interrupted recipe continues where it stopped, an RL run from
@@ -346,12 +348,37 @@ def summary_of(d: str, name: str) -> dict | None:
 
 def paired_gain(rl: list[dict], base: dict) -> tuple[float, float, int] | None:
     """RL minus `base` paired over the test tasks both have: per task, RL's figure averaged over the
-    seeds minus the base's; the mean of those differences and its standard error (std / sqrt(tasks))."""
+    seeds minus the base's; the mean of those differences and its standard error (std / sqrt(tasks)).
+    That error counts the tasks only: how sure we are about these seeds' runs, not the method's
+    (`seeds_aware_se`)."""
     tasks = sorted(set(base).intersection(*rl)) if rl else []
     if len(tasks) < 2:
         return None
     diffs = [statistics.mean(seed[t] for seed in rl) - base[t] for t in tasks]
     return statistics.mean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs)), len(diffs)
+
+
+def seeds_aware_se(rl: list[dict], base: dict, draws: int = 4000) -> float | None:
+    """The standard error of `paired_gain`'s mean counting the RL seeds as well as the test tasks: a
+    two-level bootstrap that, in each draw, resamples the tasks and the seeds (with replacement; one
+    seed draw for all tasks, since a seed is one run, good or bad on every task) and takes RL's
+    mean over the drawn seeds and tasks minus the base's over the drawn tasks. With one seed it is
+    the tasks' bootstrap; the spread between seeds (a run that did well, one that did not) widens
+    it, which the over-tasks error never sees. A fixed draw: the same runs give the same figure."""
+    import numpy as np
+
+    tasks = sorted(set(base).intersection(*rl)) if rl else []
+    if len(tasks) < 2:
+        return None
+    runs = np.array([[seed[t] for t in tasks] for seed in rl])  # (seeds, tasks)
+    start = np.array([base[t] for t in tasks])  # (tasks,)
+    rng = np.random.default_rng(0)
+    gains = []
+    for _ in range(draws):
+        t = rng.integers(0, len(tasks), len(tasks))
+        s = rng.integers(0, len(rl), len(rl))
+        gains.append(runs[np.ix_(s, t)].mean() - start[t].mean())
+    return float(np.std(gains, ddof=1))
 
 
 def rl_runs(d: str, split: str) -> list[str]:
@@ -415,6 +442,7 @@ def row(env: str, root: str) -> dict | None:
         rl=[mean_of(test[n]) for n in seeds],
         rl_val=[mean_of(per_task(os.path.join(d, f"val_{n}"), metric)) for n in rl_runs(d, "val")],
         gain=paired_gain([test[n] for n in seeds], test[best]),
+        gain_se_seeds=seeds_aware_se([test[n] for n in seeds], test[best]),
         valid=(  # (valid, replies): the best imitation checkpoint's, then the RL seeds' summed
             valid_share(os.path.join(d, f"test_{best}", "trajectories.jsonl")),
             (sum(v for v, _ in valid), sum(n for _, n in valid)),
@@ -427,8 +455,9 @@ def table(root: str) -> str:
     head = (
         "| environment (test episodes) | expert (train) | base SmolLM2 | imitation on test (val) "
         "| best imitation's pass@1 -> pass@8 (val) | SFT + RL, each seed | RL - best imitation, paired "
-        "| valid replies, best imitation -> RL | RL time per seed | paper 7B base -> RL |\n"
-        "|---|---:|---:|---|---|---|---|---|---|---|\n"
+        "| ± counting seeds | valid replies, best imitation -> RL | RL time per seed "
+        "| paper 7B base -> RL |\n"
+        "|---|---:|---:|---|---|---|---|---|---|---|---|\n"
     )
     lines = []
     for env in RECIPES:
@@ -440,11 +469,13 @@ def table(root: str) -> str:
         cells = {n: f"{n} {pts(t)} ({pts(v)})" for n, t, v in f["imitation"]}
         cells[f["best"]] = f"**{cells[f['best']]}**"  # the baseline, chosen on validation
         imitation = ", ".join(cells.values())
-        gain = "-"
-        if f["gain"]:
+        gain = seeds_aware = "-"
+        if f["gain"]:  # over tasks (the seeds averaged per task), then counting the seeds too
             m, se, n = f["gain"]
-            mark = "**" if abs(m) > 2 * se else ""  # beyond two standard errors
-            gain = f"{mark}{100 * m:+.1f} ± {100 * se:.1f}{mark} ({n} tasks)"
+            gain = f"{100 * m:+.1f} ± {100 * se:.1f} ({n} tasks)"
+            both = f["gain_se_seeds"]
+            mark = "**" if abs(m) > 2 * both else ""  # beyond two seeds-aware standard errors
+            seeds_aware = f"{mark}{100 * m:+.1f} ± {100 * both:.1f}{mark} ({len(f['rl'])} seeds)"
         rl = ", ".join(pts(x) for x in f["rl"]) or "-"
         if len(f["rl"]) > 1:
             rl += f" (mean {mean_se(f['rl'])})"
@@ -454,7 +485,7 @@ def table(root: str) -> str:
         paper = " -> ".join(f"{x:.2f}" for x in PAPER_7B[env])
         lines.append(
             f"| {NAMES[env]} ({f['episodes']}) | {pts(f['expert'])} | {pts(f['base'])} | {imitation} "
-            f"| {pts(f['headroom'][0])} -> {pts(f['headroom'][1])} | {rl} | {gain} "
+            f"| {pts(f['headroom'][0])} -> {pts(f['headroom'][1])} | {rl} | {gain} | {seeds_aware} "
             f"| {share(f['valid'][0])} -> {share(f['valid'][1])} | {secs or '-'} | {paper} |"
         )
     return head + "\n".join(lines) + "\n"

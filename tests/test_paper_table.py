@@ -65,8 +65,9 @@ def test_the_baseline_is_the_best_imitation_checkpoint_on_val_and_the_gain_is_pa
     assert cells[5] == "66.7, 66.7 (mean 66.7 ± 0.0)"
     # per task, RL averaged over seeds minus sft: (1-1, 0.5-0, 0.5-0) -> +33.3, std 0.289 / sqrt(3)
     assert cells[6] == "+33.3 ± 16.7 (3 tasks)"
-    assert cells[7] == "2/3 (0.67) -> 6/6 (1.00)"
-    assert cells[8] == "10 min, 20 min"
+    assert cells[7].startswith("+33.3 ± ") and cells[7].endswith(" (2 seeds)")  # the seeds-aware error
+    assert cells[8] == "2/3 (0.67) -> 6/6 (1.00)"
+    assert cells[9] == "10 min, 20 min"
     assert "TextCraft" not in paper_table.table(str(tmp_path))
 
 
@@ -347,3 +348,23 @@ def test_any_model_runs_the_same_protocol_with_its_memory_flags_and_its_own_root
         script, *argv = command.split()
         argv = [smol if a.endswith("/checkpoint") else a for a in argv]  # (checkpoints not yet written)
         parse(entry[script], argv)  # a bad flag or value exits here
+
+
+def test_the_seeds_aware_error_counts_the_spread_between_seeds_which_the_over_tasks_error_misses():
+    """Three seeds whose levels differ (one run did well, one did not) over 300 tasks: averaging the
+    seeds per task first, the over-tasks error is small and blind to it; the two-level bootstrap
+    (tasks and seeds resampled) is several times larger. With identical seeds the two agree."""
+    import random
+
+    import paper_table
+
+    rng = random.Random(0)
+    base = {t: float(rng.random() < 0.6) for t in range(300)}
+    level = [0.6, 0.75, 0.9]  # each seed's success rate
+    rl = [{t: float(rng.random() < p) for t in base} for p in level]
+    m, over_tasks, n = paper_table.paired_gain(rl, base)
+    both = paper_table.seeds_aware_se(rl, base)
+    assert n == 300 and both > 2 * over_tasks
+    same = [rl[1]] * 3
+    _, over_tasks, _ = paper_table.paired_gain(same, base)
+    assert paper_table.seeds_aware_se(same, base) == pytest.approx(over_tasks, rel=0.1)
