@@ -115,8 +115,8 @@ class Critic(nn.Module):
             self.backbone.requires_grad_(True)
         # with LoRA: the critic trains its own copies of the policy's adapters over the frozen base
         for p in self.backbone.parameters():
-            if p.requires_grad:  # a trained weight is float32 (the frozen base may be bf16: no update
-                p.data = p.data.float()  # lost to rounding, as Accelerate keeps the policy's)
+            if p.requires_grad:  # trained in float32 (the frozen base may be bf16): a bf16 weight would
+                p.data = p.data.float()  # round most of a small AdamW step away
         # skip_init: no draw from the RNG, so a PPO run samples exactly what a GRPO run samples
         self.head = nn.utils.skip_init(nn.Linear, policy_model.config.hidden_size, 1)
         nn.init.zeros_(self.head.weight)  # V = 0 at the start: no made-up baseline on step 1

@@ -209,7 +209,7 @@ def update(forward, batch, n_trajs: int, algo, cfg, state, accelerator, trained,
     first = (
         None  # the first minibatch's |log ratio| (mean, max): 0 up to rounding, or pi_old is not the policy's
     )
-    skipped = overflows = 0  # optimizer steps skipped for a non-finite loss or gradient; of them, fp16's
+    skipped = overflows = 0  # optimizer steps skipped: a non-finite loss or gradient; fp16's overflows
     from_forward = pi_old_from_update(cfg, n_trajs)  # pi_old: the first forward (no separate pass)
     for _ in range(cfg.epochs):
         for part in torch.randperm(n_trajs).tensor_split(n_minibatches):
