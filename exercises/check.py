@@ -44,16 +44,18 @@ def failures(n: int, fn=None) -> list[str]:
         except NotImplementedError:
             return [f"{problem.module}.py: {problem.name} {NOT_WRITTEN} (it raises NotImplementedError)"]
         except Exception as e:  # the student's code may fail in any way: say which case and how
-            out.append(f"{head}: raised {type(e).__name__}: {e}\n    inputs: {inputs(problem, case)}")
+            out.append(f"{head}: raised {type(e).__name__}: {e}\n    inputs:{inputs(problem, case)}")
             continue
         found = difference(expected, got)
         if found:
-            out.append(f"{head}: {found}\n    inputs: {inputs(problem, case)}")
+            out.append(f"{head}: {found}\n    inputs:{inputs(problem, case)}")
     return out
 
 
 def inputs(problem, case) -> str:
-    return ", ".join(f"{k}={show(v, 200)}" for k, v in case.inputs.items() if k not in problem.hidden)
+    """The case's inputs in full, one a line: what the case is about is in them."""
+    shown = [f"\n      {k}={show(v, None)}" for k, v in case.inputs.items() if k not in problem.hidden]
+    return "".join(shown)
 
 
 def report(n: int, fn=None) -> list[str]:

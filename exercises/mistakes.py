@@ -324,6 +324,9 @@ def _rollout(
     drop_finished=True,
     scale=True,
     done_at_horizon=False,
+    score_default="sum",
+    success_from="reward",
+    error_done=False,
 ):
     from agent import Trajectory
 
@@ -348,9 +351,9 @@ def _rollout(
             tr.messages.append({"role": "assistant", "content": text})
             tr.actions.append(action)
             tr.rewards.append(float(r.get("reward", 0.0)))
-            tr.score = float(r.get("score", sum(tr.rewards)))
+            tr.score = float(r.get("score", sum(tr.rewards) if score_default == "sum" else tr.rewards[-1]))
             tr.observations.append(r.get("observation", ""))
-            tr.error, tr.done = r.get("error", ""), bool(r.get("done"))
+            tr.error, tr.done = r.get("error", ""), bool(r.get("done") or (error_done and r.get("error")))
             if drop_finished and (tr.done or tr.error):
                 continue
             tr.messages.append({"role": "user", "content": r.get("observation", "")})
@@ -358,7 +361,11 @@ def _rollout(
         live = still
     for tr in trajs:
         tr.reward = tr.score / spec.score_scale if scale else tr.score
-        tr.success = tr.reward >= spec.success_at
+        tr.success = {
+            "reward": tr.reward >= spec.success_at,
+            "score": tr.score >= spec.success_at,
+            "reward, strictly": tr.reward > spec.success_at,
+        }[success_from]
         tr.done = tr.done or (done_at_horizon and not tr.error)
     return trajs
 
@@ -382,6 +389,29 @@ def horizon_counted_as_done(*args, **kwargs):
     """An episode the horizon cut is marked done, as if the environment had ended it: the adaptive
     schedule's cut share then reads 0."""
     return _rollout(*args, **kwargs, done_at_horizon=True)
+
+
+def score_from_the_last_reward(*args, **kwargs):
+    """Without a "score" in the step's result, the score is the last step's reward, not the sum of
+    the episode's rewards: an environment that pays along the way is paid for its last step only."""
+    return _rollout(*args, **kwargs, score_default="last")
+
+
+def success_from_the_score(*args, **kwargs):
+    """success = score >= success_at: the unscaled score (TextCraft's 0-100, the corridor's 0-10)
+    makes nearly every finished episode a success."""
+    return _rollout(*args, **kwargs, success_from="score")
+
+
+def success_strictly_above(*args, **kwargs):
+    """success = reward > success_at: an episode that reaches the threshold exactly fails."""
+    return _rollout(*args, **kwargs, success_from="reward, strictly")
+
+
+def an_error_marked_done(*args, **kwargs):
+    """An environment error marks the episode done, as if the environment had ended it: a crashed
+    server's episode counts as finished, not as failed in flight."""
+    return _rollout(*args, **kwargs, error_done=True)
 
 
 MISTAKES = {
@@ -428,5 +458,9 @@ MISTAKES = {
         "finished episodes keep stepping": finished_episodes_keep_stepping,
         "the score not scaled": score_not_scaled,
         "the horizon counted as done": horizon_counted_as_done,
+        "the score from the last reward": score_from_the_last_reward,
+        "success from the score, not the reward": success_from_the_score,
+        "success strictly above success_at": success_strictly_above,
+        "an error marked done": an_error_marked_done,
     },
 }
