@@ -77,13 +77,15 @@ def test_a_function_that_returns_nothing_fails_with_a_message_not_a_crash(n):
 
 
 @pytest.mark.parametrize("n", sorted(PROBLEMS))
-def test_each_stub_states_its_task_equation_and_the_function_it_mirrors(n):
+def test_each_stub_states_its_task_the_function_it_mirrors_and_what_is_left_to_decide(n):
     problem = PROBLEMS[n]
     path = ROOT / "exercises" / f"{problem.module}.py"
     doc = ast.get_docstring(ast.parse(path.read_text()))
     project_file = problem.mirrors.split(",")[0]
     assert project_file in doc and (ROOT / project_file).exists()
     assert "Task:" in doc and f"python -m exercises.check {n}" in doc
+    assert "after your check passes" in doc, "the stub must say to read the project's function after"
+    assert "\nDecide" in doc, "a problem leaves the student something to decide, and says what"
     fn = student_function(n)
     assert fn.__module__ == f"exercises.{problem.module}"
 
