@@ -84,7 +84,9 @@ def test_each_stub_states_its_task_the_function_it_mirrors_and_what_is_left_to_d
     project_file = problem.mirrors.split(",")[0]
     assert project_file in doc and (ROOT / project_file).exists()
     assert "Task:" in doc and f"python -m exercises.check {n}" in doc
-    assert "after your check passes" in " ".join(doc.split()), "the stub must say to read the project's function after"
+    assert "after your check passes" in " ".join(doc.split()), (
+        "the stub must say to read the project's function after"
+    )
     assert "\nDecide" in doc, "a problem leaves the student something to decide, and says what"
     fn = student_function(n)
     assert fn.__module__ == f"exercises.{problem.module}"
