@@ -5,8 +5,9 @@
     python -m exercises.check 2 --train      # yours in the real loop: GRPO on BabyAI, tiny policy
 
 Where it sits: reads `cases.PROBLEMS` (each problem's reference, the project's function, and its
-cases), imports your stub, runs both on every case and prints, for each case that differs, what
-it tests, its inputs, what was expected and what came back. Exit code 0: every case agrees.
+cases), imports your stub, runs both on every case and prints the first MAX_SHOWN cases that
+differ, each with what it tests, its inputs in full, what was expected and what came back, and
+counts the rest. Exit code 0: every case agrees.
 `failures(n, fn)` is the same check as a function (tests/test_exercises.py calls it).
 """
 

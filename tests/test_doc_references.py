@@ -154,3 +154,23 @@ def test_every_name_on_a_lessons_reading_list_is_in_the_file_linked_before_it():
             continue
         missing.append(f"{link}: {name}")
     assert not missing, "docs/course.md reads a name its file does not define:\n" + "\n".join(missing)
+
+
+def test_each_lesson_sets_an_exercise_before_the_reading_that_answers_it():
+    """The course names a problem's check before the first place a lesson points at the function it
+    mirrors (or at the file, where that file is the problem's whole answer)."""
+    from exercises.cases import PROBLEMS
+
+    lessons = COURSE.read_text().split("## Lesson 1", 1)[1]
+    late = []
+    for n, problem in PROBLEMS.items():
+        file, names = problem.mirrors.split(", ", 1)
+        markers = [f"`{name.strip()}`" for name in names.split("/")]
+        markers += [f"`{Path(file).stem}.{name.strip()}`" for name in names.split("/")]
+        if file not in ("agent.py", "algorithm.py"):  # files a lesson reads in part, for other things
+            markers.append(f"](../{file})")
+        check = lessons.find(f"exercises.check {n}")
+        first = min((i for i in (lessons.find(m) for m in markers) if i >= 0), default=len(lessons))
+        if not 0 <= check < first:
+            late.append(f"problem {n}: {problem.mirrors} is read before its exercise")
+    assert not late, "\n".join(late)
