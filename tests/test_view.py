@@ -385,6 +385,12 @@ def test_training_run_with_saved_rollouts_has_curves_samples_and_before_after(br
     assert len(cells) == turns and all(c.startswith(("+", "-")) for c in cells)
     page.evaluate("location.hash = '#episode-' + document.querySelectorAll('#credit-view a')[0].textContent")
     assert page.locator(".turn .credits").count() == page.locator(".turn").count() > 0
+    # and every token of its trained rows, with the ratio the update saw (on-policy: 1 at one epoch)
+    rec = json.loads(open(tmp_path / "rollouts" / "step_000001.jsonl").readline())
+    rows = rec["credit"]["rows"]
+    assert rows and all(len(r["ratio"]) == len(r["mask"]) == len(r["text"]) for r in rows)
+    assert "".join(rows[0]["text"][: rows[0]["mask"].index(1)]).startswith("<|im_start|>")
+    assert page.locator("#tokens .tok").count() > page.locator("#tokens .tok.off").count() > 0
     assert page.errors == []
 
 
