@@ -102,6 +102,17 @@ def population_std(rewards, groups, eps=1e-6, use_std=True):
     return adv.to(rewards.dtype)
 
 
+def eps_under_the_square_root(rewards, groups, eps=1e-6, use_std=True):
+    """sqrt(var + eps) instead of std + eps: the same for a small eps, not for a large one."""
+    adv = group_advantages(rewards, groups, eps, use_std=False).double()
+    keys = groups.tolist() if torch.is_tensor(groups) else groups
+    for key in set(keys):
+        idx = [i for i, k in enumerate(keys) if k == key]
+        if use_std and len(idx) > 1:
+            adv[idx] = adv[idx] / (rewards[idx].double().var() + eps).sqrt()
+    return adv.to(rewards.dtype)
+
+
 # --- problem 3: the clipped surrogate with the k3 KL -------------------------------------------
 
 
@@ -118,17 +129,20 @@ def _loss(
     pessimism=torch.max,
     mask_ratio=True,
     per_token=True,
+    clamp_kl=True,
+    clip_higher=True,
 ):
     """Problem 3's loss with one of its rules changeable."""
     m = mb.loss_mask
     mean = (lambda x: masked_mean(x, m)) if per_token else (lambda x: (x * m).mean())
     log_ratio = (logp - mb.old_logprobs) * m if mask_ratio else logp - mb.old_logprobs
     ratio = log_ratio.exp()
-    high = clip_ratio_high or clip_ratio
+    high = (clip_ratio_high if clip_higher else 0.0) or clip_ratio
     loss = mean(pessimism(-adv * ratio, -adv * ratio.clamp(1 - clip_ratio, 1 + high)))
     if mb.ref_logprobs is not None and kl_coef:
         d = (mb.ref_logprobs * m - logp * m).clamp(-20, 20)
-        loss = loss + kl_sign * kl_coef * mean((d.exp() - d - 1).clamp(max=10))
+        k3 = (d.exp() - d - 1).clamp(max=10) if clamp_kl else d.exp() - d - 1
+        loss = loss + kl_sign * kl_coef * mean(k3)
     if entropy is not None:
         loss = loss - entropy_coef * mean(entropy)
     return loss, {}
@@ -154,6 +168,17 @@ def mean_over_every_position(*args, **kwargs):
     """The mean over all (B, T) positions, padding and observations included: the loss shrinks
     with the share of non-agent tokens."""
     return _loss(*args, **kwargs, per_token=False)
+
+
+def k3_not_bounded(*args, **kwargs):
+    """No upper bound on the per-token k3: a token the reference finds 30 nats less likely counts
+    19 in the KL instead of at most 10, and a few such tokens swamp the rest of the loss."""
+    return _loss(*args, **kwargs, clamp_kl=False)
+
+
+def clip_higher_ignored(*args, **kwargs):
+    """The ratio clipped to [1 - eps, 1 + eps] whatever clip_ratio_high says (DAPO's clip-higher lost)."""
+    return _loss(*args, **kwargs, clip_higher=False)
 
 
 # --- problem 4: GAE ------------------------------------------------------------------------------
@@ -425,12 +450,15 @@ MISTAKES = {
         "std over the batch instead of the group": std_over_the_batch,
         "statistics in float32": statistics_in_float32,
         "population std (n, not n - 1)": population_std,
+        "eps under the square root": eps_under_the_square_root,
     },
     3: {
         "the KL term's sign flipped": kl_sign_flipped,
         "min instead of max": min_instead_of_max,
         "log ratio not masked": log_ratio_not_masked,
         "mean over every position": mean_over_every_position,
+        "the k3 not bounded": k3_not_bounded,
+        "clip-higher ignored": clip_higher_ignored,
     },
     4: {
         "the last token bootstraps from its own value": last_token_bootstraps_from_its_own_value,
