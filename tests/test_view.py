@@ -542,7 +542,7 @@ class DigitTokenizer:
 def watched_batch():
     """credit_batch's trajectories (one row per turn) after GRPO's advantages, with one minibatch
     of every row through a watched loss whose new log-probs move each agent token by 0.5 * sign,
-    so that some ratios leave [0.8, 1.2]."""
+    so that some ratios leave [0.8, 1.2]. Watching changes nothing in the loss."""
     import grpo
     from credit import watch_ratios
     from tests.test_signals import credit_batch
@@ -555,7 +555,11 @@ def watched_batch():
     algo = watch_ratios(grpo.GRPO, seen)
     mb = batch.select(torch.arange(len(batch))).trim()
     step = torch.where(torch.arange(mb.loss_mask.shape[1]) % 2 == 0, 0.5, -0.5) * mb.loss_mask
-    algo.loss(mb.old_logprobs + step, None, mb, cfg, None)
+    watched, _ = algo.loss(mb.old_logprobs + step, None, mb, cfg, None)
+    assert torch.equal(watched, grpo.GRPO.loss(mb.old_logprobs + step, None, mb, cfg, None)[0])  # untouched
+    assert (
+        watch_ratios(grpo.GRPO, None) is grpo.GRPO
+    )  # a step whose rollouts are not saved: the algorithm itself
     return trajs, batch, seen, step, cfg
 
 
