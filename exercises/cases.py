@@ -144,6 +144,10 @@ def grpo_cases() -> list[Case]:
             "every reward in the batch 0 (every group flat)",
             dict(rewards=r(0, 0, 0, 0), groups=g(0, 0, 1, 1)),
         ),
+        Case(
+            "float64 rewards: the advantages come back in float64",
+            dict(rewards=r(1, 0, 0.5, 0.25).double(), groups=g(0, 0, 0, 0)),
+        ),
     ]
 
 

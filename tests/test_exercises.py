@@ -65,6 +65,16 @@ def test_problem_8_catches_the_score_and_success_mistakes_on_the_cases_made_for_
     assert failures(8, MISTAKES[8]["success from the score, not the reward"])[0].startswith("case 6 ")
 
 
+def test_the_course_says_how_many_cases_a_check_runs_and_how_many_failing_ones_it_prints():
+    from exercises.check import MAX_SHOWN
+
+    text = " ".join((ROOT / "docs" / "course.md").read_text().split())
+    counts = {n: len(p.cases()) for n, p in PROBLEMS.items()}
+    others = [c for n, c in counts.items() if n != 5]
+    assert f"({min(others)} to {max(others)} per problem; problem 5's {counts[5]} are" in text
+    assert f"prints the first {MAX_SHOWN} cases that differ" in text
+
+
 def test_every_problem_keeps_at_least_two_mistakes_beside_it():
     assert sorted(MISTAKES) == sorted(PROBLEMS)
     assert all(len(found) >= 2 for found in MISTAKES.values())
