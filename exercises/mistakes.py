@@ -91,26 +91,25 @@ def statistics_in_float32(rewards, groups, eps=1e-6, use_std=True):
     return adv
 
 
-def population_std(rewards, groups, eps=1e-6, use_std=True):
-    """Divides by the std over n (numpy's default) instead of n - 1 (torch's, DeepSeekMath's)."""
+def _divided(rewards, groups, eps, use_std, spread):
+    """The group-centred rewards divided, in each group of two or more, by `spread(its rewards)`."""
     adv = group_advantages(rewards, groups, eps, use_std=False).double()
     keys = groups.tolist() if torch.is_tensor(groups) else groups
     for key in set(keys):
         idx = [i for i, k in enumerate(keys) if k == key]
         if use_std and len(idx) > 1:
-            adv[idx] = adv[idx] / (rewards[idx].double().std(unbiased=False) + eps)
+            adv[idx] = adv[idx] / spread(rewards[idx].double())
     return adv.to(rewards.dtype)
+
+
+def population_std(rewards, groups, eps=1e-6, use_std=True):
+    """Divides by the std over n (numpy's default) instead of n - 1 (torch's, DeepSeekMath's)."""
+    return _divided(rewards, groups, eps, use_std, lambda r: r.std(unbiased=False) + eps)
 
 
 def eps_under_the_square_root(rewards, groups, eps=1e-6, use_std=True):
     """sqrt(var + eps) instead of std + eps: the same for a small eps, not for a large one."""
-    adv = group_advantages(rewards, groups, eps, use_std=False).double()
-    keys = groups.tolist() if torch.is_tensor(groups) else groups
-    for key in set(keys):
-        idx = [i for i, k in enumerate(keys) if k == key]
-        if use_std and len(idx) > 1:
-            adv[idx] = adv[idx] / (rewards[idx].double().var() + eps).sqrt()
-    return adv.to(rewards.dtype)
+    return _divided(rewards, groups, eps, use_std, lambda r: (r.var() + eps).sqrt())
 
 
 # --- problem 3: the clipped surrogate with the k3 KL -------------------------------------------

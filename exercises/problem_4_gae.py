@@ -16,7 +16,7 @@ Worked examples:
 Properties a right answer has (each one a case of the check):
 - The episode is over after the last agent token: nothing is bootstrapped past it.
 - With gamma = lam = 1 every token gets R - V_k; with lam = 0, its one-step TD error.
-- A zero critic (step 1 of a run) gives A = G = the discounted outcome.
+- A zero critic (step 1 of a run) gives A = G: the outcome, times gamma * lam per token back.
 
 Decide: in which direction to run over the tokens, and what the last token's TD error is.
 
