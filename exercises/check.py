@@ -17,6 +17,7 @@ import json
 import os
 import sys
 import time
+from types import SimpleNamespace
 
 from exercises.cases import PROBLEMS
 from exercises.compare import difference, show
@@ -54,8 +55,14 @@ def failures(n: int, fn=None) -> list[str]:
 
 
 def inputs(problem, case) -> str:
-    """The case's inputs in full, one a line: what the case is about is in them."""
-    shown = [f"\n      {k}={show(v, None)}" for k, v in case.inputs.items() if k not in problem.hidden]
+    """The case's inputs in full, one a line (a minibatch's fields one a line too): what the case is
+    about is in them."""
+    shown = []
+    for k, v in case.inputs.items():
+        if k in problem.hidden:
+            continue
+        parts = vars(v).items() if isinstance(v, SimpleNamespace) else [(None, v)]
+        shown += [f"\n      {k}{'.' + f if f else ''}={show(x, None)}" for f, x in parts]
     return "".join(shown)
 
 
