@@ -249,7 +249,8 @@ function renderEpisode(id) {
   v.append(el("div", {class: "meta"}, el("span", {class: e.success ? "ok" : "bad", text: e.success ? "success" : "failure"}),
     el("span", {text: "score " + fmt(e.score)}), el("span", {text: "reward " + fmt(e.reward)}), el("span", {text: e.turns + " turns"}),
     el("span", {text: e.error ? "error: " + e.error : e.done ? "ended by the environment" : "truncated at the horizon"}),
-    e.step !== null && e.step !== undefined ? el("span", {text: "training step " + e.step}) : null));
+    e.step !== null && e.step !== undefined ? el("span", {text: "training step " + e.step}) : null,
+    e.token_rows ? tokensButton() : null));
   if (e.system) v.append(el("details", {}, el("summary", {text: "system prompt"}), el("pre", {text: e.system})));
   e.steps.forEach((t, k) => {
     const body = el("div", {class: "body"});
@@ -312,6 +313,11 @@ function tokenTitle(r, k) {
   const parts = ["token " + JSON.stringify(r.text[k]), "mask " + r.mask[k]];
   for (const f of ["logprob", "ratio", "advantage", "value"]) if (r[f] && typeof r[f][k] === "number") parts.push(f + " " + r[f][k].toFixed(4));
   return parts.join(" \u00b7 ");
+}
+function tokensButton() {  // the hash routes the views, so a button, not an #anchor, scrolls to the inspector
+  const b = el("button", {id: "to-tokens", text: "tokens as the update saw them \u2193"});
+  b.addEventListener("click", () => $("tokens").scrollIntoView());
+  return b;
 }
 function renderTokens(e, v) {
   const T = e.token_rows;

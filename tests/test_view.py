@@ -633,5 +633,7 @@ def test_the_token_inspector_shows_every_token_its_mask_the_outcome_and_where_th
     assert len(colours()) == 1
     page.select_option("#token-colour", "ratio")
     assert len(colours()) == 2  # above 1 and below 1
+    page.click("#to-tokens")
+    assert page.evaluate("window.scrollY") > 0  # scrolled down to the inspector
     page.screenshot(path=str(tmp_path / "tokens.png"), full_page=True)
     assert page.errors == []
