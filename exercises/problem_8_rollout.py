@@ -16,9 +16,9 @@ Per episode, an `agent.Trajectory(task=tasks[i], group=i)` with:
   on or only the horizon stopped it, the new observation (user).
 - observations: the first observation, then every step's (the last one too); actions: every
   parsed action; rewards: every step's "reward" (0 when absent).
-- score: the environment's "score" where it sends one; where it does not, the rewards so far add
-  up to it. reward: the score on the 0-1 scale (spec.score_scale is the score's full scale);
-  success: reward at least spec.success_at.
+- score: the last step's "score"; where that result has none, the episode's rewards add up to
+  it. reward: the score on the 0-1 scale (spec.score_scale is the score's full scale); success:
+  reward at least spec.success_at.
 - done: the last step's "done", as the environment said it (the horizon cutting an episode is
   not the environment ending it).
 - error: the message of a result with an "error"; an error ends the episode, whatever its "done"
