@@ -1,8 +1,8 @@
 """The batch: the contract between the agent and the algorithms.
 
 Where it sits: `agent.rollout()` returns trajectories whose token sequences are `Row`s;
-`make_batch()` pads them into one `Batch` of tensors; `train.py` fills `batch.ref_logprobs` with
-`token_logprobs()` under the frozen reference model, the algorithm file fills `batch.advantages`,
+`make_batch()` pads them into one `Batch` of tensors; `update.prepare_batch` fills
+`batch.ref_logprobs` under the frozen reference model, the algorithm file fills `batch.advantages`,
 and every minibatch's loss starts from `token_logprobs()` under the current policy (computed by
 `machinery/logprobs.py` at the agent tokens only, in bounded memory). This file
 imports neither the environment client nor any algorithm, so an algorithm file that imports it

@@ -5,9 +5,12 @@ sums the advantages the run's algorithm gave each agent token per turn (and PPO'
 episodes carry it into <out>/rollouts/step_N.jsonl; `credit_on_episodes()` runs several algorithms'
 own `advantages()` on the same saved episodes (`view.py --credit grpo,gigpo,ppo`), so the report
 shows side by side where GRPO (one number per episode), GiGPO (per anchor state) and PPO (per token,
-from its critic) put the credit.
+from its critic) put the credit. On those steps the update's loss is watched too (`watch_ratios`), and
+`token_rows()` keeps every token of each trained row with its mask, sampled log-prob, ratio at the
+update, advantage and value: the report's token inspector (docs/view.md).
 """
 
+import dataclasses
 from types import SimpleNamespace
 
 import torch
@@ -101,4 +104,48 @@ def credit_on_episodes(records: list[dict], algos: dict, cfg) -> dict[str, list[
             out[name][keep[n]][k] = float((adv[b] * batch.loss_mask[b]).sum())
         for n, i in enumerate(keep):
             out[name][i] = _credit(out[name][i], eps[n].tokens, algo.token_level)
+    return out
+
+
+def watch_ratios(algo: Algorithm, seen: dict | None) -> Algorithm:
+    """`algo` with a loss that also records, per row of each minibatch it is given, the ratio
+    pi / pi_old of the row's tokens ((T,), 1 off the agent tokens): `seen[(trajectory, turn)]`, the
+    last minibatch step that trained the row (what its clip saw). `seen` None: `algo` itself, so
+    the update is untouched on a step whose rollouts are not saved."""
+    if seen is None:
+        return algo
+
+    def loss(logp, entropy, mb, cfg, state):
+        with torch.no_grad():
+            m = mb.loss_mask.to(logp.device)
+            ratio = ((logp.detach().float() - mb.old_logprobs.to(logp.device)) * m).exp().cpu()
+            for b, key in enumerate(zip(mb.traj.tolist(), mb.turn.tolist())):
+                seen[key] = ratio[b]
+        return algo.loss(logp, entropy, mb, cfg, state)
+
+    return dataclasses.replace(algo, loss=loss)
+
+
+def token_rows(batch, tokenizer, seen: dict | None, cfg) -> list[dict]:
+    """Per trajectory of `batch`, what the report's token inspector shows: `clip`, the ratio's
+    bounds [1 - clip_ratio, 1 + eps_high], and per row (in turn order) each token's text, loss mask,
+    log-prob at sampling (pi_old), ratio at the update (`watch_ratios`; none recorded: no `ratio`),
+    advantage and, with a critic, value."""
+    high = cfg.clip_ratio_high or cfg.clip_ratio
+    out = [{"clip": [1 - cfg.clip_ratio, 1 + high], "rows": []} for _ in range(len(batch.rewards))]
+    four = lambda x: [round(float(v), 4) for v in x]
+    for b in batch.traj.argsort(stable=True).tolist():  # rows in trajectory, then turn order
+        n, k, T = int(batch.traj[b]), int(batch.turn[b]), int(batch.attention_mask[b].sum())
+        row = {
+            "turn": k,
+            "text": [tokenizer.decode([i]) for i in batch.input_ids[b, :T].tolist()],
+            "mask": [int(v) for v in batch.loss_mask[b, :T].tolist()],
+            "logprob": four(batch.old_logprobs[b, :T]),
+            "advantage": four(batch.advantages[b, :T].float()),
+        }
+        if batch.values is not None:
+            row["value"] = four(batch.values[b, :T].float())
+        if seen and (n, k) in seen:
+            row["ratio"] = four(seen[n, k][:T])
+        out[n]["rows"].append(row)
     return out

@@ -1,8 +1,9 @@
 """GRPO for multi-turn agents (Shao et al., 2024, DeepSeekMath, as used by AgentGym-RL), and RLOO
 beside it.
 
-Where it sits: `train.py` rolls out n trajectories per task (a group), calls `advantages()` once
-per batch, then `loss()` on each minibatch with fresh log-probs from `batch.token_logprobs`.
+Where it sits: `train.py` rolls out n trajectories per task (a group) and calls `advantages()` once
+per batch; `update.update` then calls `loss()` on each minibatch with fresh log-probs from
+`batch.token_logprobs`.
 This file never talks to an environment.
 
 Outcome advantage (DeepSeekMath, section 4.1.2, "outcome supervision"): every trajectory i of a

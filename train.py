@@ -49,7 +49,7 @@ from algos import ALGOS
 from algos import Settings as AlgorithmSettings
 from batch import Batch, make_batch
 from config import AgentConfig, check_split, flag, parse, resolve_device, resolve_precision, set_threads
-from credit import turn_credit
+from credit import token_rows, turn_credit, watch_ratios
 from envs import ENVS, EnvPool, EnvSpec, close_pool, open_pool, server_url
 from eval import check_task_ids, evaluate_in_training, parse_task_ids, write_trajectories
 from machinery import dist, signals
@@ -183,8 +183,9 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
                 learner.algo.advantages(batch, cfg, learner.state)
             # 4. update: `epochs` passes of clipped-ratio steps over minibatches
             learner.policy.model.train()
-            stats = update(learner.forward, batch, len(trajs), learner.algo, cfg, learner.state,
-                           learner.accelerator, learner.trained, tm)  # fmt: skip
+            seen = {} if saves_rollouts(cfg, step) else None  # each row's ratios at the update (report)
+            stats = update(learner.forward, batch, len(trajs), watch_ratios(learner.algo, seen), cfg,
+                           learner.state, learner.accelerator, learner.trained, tm)  # fmt: skip
             if step == run.start and run.main:  # before any optimizer step the ratio must be 1
                 print_on_policy_gap(stats)
             signals.check_finite(learner.policy.model, step)  # NaN weights stop the run here, never saved
@@ -193,7 +194,7 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
             m = step_metrics(step, horizon, trajs, batch, st, times, cfg.epochs, run.device)
             m.update(signals.step_signals(dist.gather(signals.episode_facts(episodes)), batch))
             m.update(evaluate_in_training(run, "step", step))
-            fired = log_step(run, m, episodes, batch, trajs)
+            fired = log_step(run, m, episodes, batch, trajs, seen)
             bar.set_postfix(**progress(m, fired))
             if step % cfg.save_every == 0 or step == cfg.steps:
                 with timed(tm, "checkpoint"):
@@ -364,13 +365,20 @@ def skip_failed_step(run: Run, step: int, horizon: int, trajs: list, n_errors: i
     return bool(skip)
 
 
-def log_step(run: Run, m: dict, episodes: list, batch: Batch, trajs: list) -> list[str]:
+def saves_rollouts(cfg: Config, step: int) -> bool:
+    return bool(cfg.save_rollouts_every) and step % cfg.save_rollouts_every == 0
+
+
+def log_step(
+    run: Run, m: dict, episodes: list, batch: Batch, trajs: list, seen: dict | None = None
+) -> list[str]:
     """Append the step's metrics to the history, metrics.jsonl and TensorBoard, with the alarms
     that hold at this step (machinery/signals.py: `alarm/<name>` = 1, and one console line the
     first time each fires); every --save-rollouts-every steps write its episodes to
     <out>/rollouts/step_N.jsonl, each turn of the batch's trajectories `trajs` (those of them
-    that are among `episodes`, the step's first rollouts) with the credit the update gave it.
-    Returns the alarms."""
+    that are among `episodes`, the step's first rollouts) with the credit the update gave it and
+    each token of its rows (credit.token_rows; `seen`: the rows' ratios at the update). Returns the
+    alarms."""
     cfg, step = run.cfg, m["step"]
     run.history.append(m)
     fired = signals.check(run.history, cfg)
@@ -380,9 +388,13 @@ def log_step(run: Run, m: dict, episodes: list, batch: Batch, trajs: list) -> li
             tqdm.write(signals.describe(name, run.history))
     if run.main:
         log_metrics(os.path.join(cfg.out, "metrics.jsonl"), run.writer, m)
-    if cfg.save_rollouts_every and step % cfg.save_rollouts_every == 0:
-        for t, credit in zip(trajs, turn_credit(batch, cfg.algo, run.learner.algo)):
-            t.credit = credit  # per turn: the advantage this update gave it (batch order is trajs')
+    if saves_rollouts(cfg, step):
+        tokens = token_rows(batch, run.learner.policy.tokenizer, seen, cfg)
+        for t, credit, rows in zip(trajs, turn_credit(batch, cfg.algo, run.learner.algo), tokens):
+            t.credit = {
+                **credit,
+                **rows,
+            }  # per turn: the advantage this update gave it (batch order is trajs')
         episodes = dist.gather(episodes)  # in task order
         if run.main:
             path = os.path.join(cfg.out, "rollouts", f"step_{step:06d}.jsonl")

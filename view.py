@@ -24,7 +24,10 @@ a comparison of two sets on the same task ids (which tasks flipped), a training 
 learning curves with a banner per alarm it raised (machinery/signals.py, at the steps it held),
 and each saved training step's credit: every turn coloured by the advantage the run's algorithm
 gave it, and with `--credit grpo,gigpo,ppo` those algorithms' own advantages on the same episodes,
-side by side (the Credit tab; docs/signals.md). Agent and environment text is untrusted: the
+side by side (the Credit tab; docs/signals.md). A saved step's episode page also has the token
+inspector: each token of the rows the update trained, with its loss mask, sampled log-prob, ratio
+at the update, advantage and (PPO) value, coloured by the one chosen, the outcome's token marked
+and the tokens where the clip bit outlined. Agent and environment text is untrusted: the
 data is embedded as JSON with `<`, `>` and `&` escaped, and the page only ever inserts it as
 text, never as HTML.
 
@@ -204,7 +207,32 @@ def episode(rec: dict, set_name: str) -> dict:
         "credit_algo": _text(_credit_of(rec).get("algo")),
         # its credit sums the turn's tokens' advantages (the page says so beside the algorithm's name)
         "credit_token_level": bool(_credit_of(rec).get("token_level")),
+        "token_rows": token_rows(_credit_of(rec)),
     }
+
+
+TOKEN_FIELDS = ("mask", "logprob", "ratio", "advantage", "value")  # per token, numbers
+
+
+def token_rows(credit: dict) -> dict | None:
+    """The token inspector's data of a saved training step's record (credit.token_rows: the clip
+    bounds and, per row, each token's text and numbers), each row's lists cut to its text's
+    length; None when the record has none."""
+    rows = [r for r in credit.get("rows") or [] if isinstance(r, dict) and isinstance(r.get("text"), list)]
+    if not rows:
+        return None
+    out = []
+    for r in rows:
+        n = len(r["text"])
+        row = {"turn": int(_num(r.get("turn"))), "text": [_text(x) for x in r["text"]]}
+        for key in TOKEN_FIELDS:
+            xs = r.get(key)
+            if isinstance(xs, list) and len(xs) >= n:
+                row[key] = [_num(x, None) for x in xs[:n]]
+        out.append(row)
+    clip = credit.get("clip")
+    clip = [_num(x) for x in clip] if isinstance(clip, list) and len(clip) == 2 else None
+    return {"clip": clip, "rows": out}
 
 
 def load(path: str, credit: dict | None = None) -> dict:

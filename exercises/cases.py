@@ -144,6 +144,10 @@ def grpo_cases() -> list[Case]:
             "every reward in the batch 0 (every group flat)",
             dict(rewards=r(0, 0, 0, 0), groups=g(0, 0, 1, 1)),
         ),
+        Case(
+            "float64 rewards: the advantages come back in float64",
+            dict(rewards=r(1, 0, 0.5, 0.25).double(), groups=g(0, 0, 0, 0)),
+        ),
     ]
 
 
@@ -391,6 +395,25 @@ def rollout_cases() -> list[Case]:
             [[fwd] * 3] * 3,
             3,
         ),
+        case(
+            "the goal reached late, at turn 7: score 3, reward 0.3, and 0.3 is below success_at",
+            [1],
+            [[back, fwd, back, fwd, back, fwd, fwd, fwd]],
+            8,
+        ),
+        case(
+            "the goal reached at turn 5: reward exactly success_at (0.5)",
+            [1],
+            [[back, fwd, back, fwd, fwd]],
+            5,
+        ),
+        case(
+            "an environment that sends no score (tasks over 100), beside one that does; one is cut",
+            [103, 106, 2],
+            [[fwd, back, fwd, fwd, fwd, fwd], [fwd] * 6, [fwd] * 6],
+            5,
+        ),
+        case("an error at the last turn the horizon allows", [97, 3], [[fwd] * 3, [fwd] * 3], 3),
     ]
 
 
@@ -407,11 +430,12 @@ def per_trajectory(fn, inputs):
 
 
 def _problems() -> dict[int, Problem]:
+    return {**_loop_problems(), **_advantage_problems()}
+
+
+def _loop_problems() -> dict[int, Problem]:
+    """The problems about the token stream, the loss and the loop: 1, 3, 5, 8."""
     import algorithm
-    import gigpo
-    import grpo
-    import ppo
-    import reinforce_pp
 
     return {
         1: Problem(
@@ -424,14 +448,6 @@ def _problems() -> dict[int, Problem]:
             episode_row_run,
             hidden=("tokenizer", "first_messages"),
         ),
-        2: Problem(
-            "GRPO's group advantages",
-            "problem_2_grpo",
-            "group_advantages",
-            "grpo.py, group_advantages",
-            grpo.group_advantages,
-            grpo_cases,
-        ),
         3: Problem(
             "the clipped surrogate with the k3 KL",
             "problem_3_clipped_loss",
@@ -441,9 +457,6 @@ def _problems() -> dict[int, Problem]:
             clipped_loss_cases,
             loss_and_gradient,
         ),
-        4: Problem(
-            "PPO's GAE", "problem_4_gae", "gae", "ppo.py, gae", ppo.gae, gae_cases, advantages_and_returns
-        ),
         5: Problem(
             "the ScalingInter-RL stage of a step",
             "problem_5_schedule",
@@ -452,6 +465,37 @@ def _problems() -> dict[int, Problem]:
             project_stage_and_horizon,
             schedule_cases,
             stage_and_horizon_run,
+        ),
+        8: Problem(
+            "the multi-turn rollout loop",
+            "problem_8_rollout",
+            "rollout",
+            "agent.py, _rollout_chunk",
+            project_rollout,
+            rollout_cases,
+            rollout_run,
+        ),
+    }
+
+
+def _advantage_problems() -> dict[int, Problem]:
+    """The problems about advantages: 2, 4, 6, 7."""
+    import gigpo
+    import grpo
+    import ppo
+    import reinforce_pp
+
+    return {
+        2: Problem(
+            "GRPO's group advantages",
+            "problem_2_grpo",
+            "group_advantages",
+            "grpo.py, group_advantages",
+            grpo.group_advantages,
+            grpo_cases,
+        ),
+        4: Problem(
+            "PPO's GAE", "problem_4_gae", "gae", "ppo.py, gae", ppo.gae, gae_cases, advantages_and_returns
         ),
         6: Problem(
             "GiGPO's anchor-state advantages",
@@ -471,16 +515,7 @@ def _problems() -> dict[int, Problem]:
             reinforce_pp_cases,
             returns_and_advantages,
         ),
-        8: Problem(
-            "the multi-turn rollout loop",
-            "problem_8_rollout",
-            "rollout",
-            "agent.py, _rollout_chunk",
-            project_rollout,
-            rollout_cases,
-            rollout_run,
-        ),
     }
 
 
-PROBLEMS = _problems()
+PROBLEMS = dict(sorted(_problems().items()))

@@ -5,8 +5,9 @@
     python -m exercises.check 2 --train      # yours in the real loop: GRPO on BabyAI, tiny policy
 
 Where it sits: reads `cases.PROBLEMS` (each problem's reference, the project's function, and its
-cases), imports your stub, runs both on every case and prints, for each case that differs, what
-it tests, its inputs, what was expected and what came back. Exit code 0: every case agrees.
+cases), imports your stub, runs both on every case and prints the first MAX_SHOWN cases that
+differ, each with what it tests, its inputs in full, what was expected and what came back, and
+counts the rest. Exit code 0: every case agrees.
 `failures(n, fn)` is the same check as a function (tests/test_exercises.py calls it).
 """
 
@@ -16,6 +17,7 @@ import json
 import os
 import sys
 import time
+from types import SimpleNamespace
 
 from exercises.cases import PROBLEMS
 from exercises.compare import difference, show
@@ -44,16 +46,24 @@ def failures(n: int, fn=None) -> list[str]:
         except NotImplementedError:
             return [f"{problem.module}.py: {problem.name} {NOT_WRITTEN} (it raises NotImplementedError)"]
         except Exception as e:  # the student's code may fail in any way: say which case and how
-            out.append(f"{head}: raised {type(e).__name__}: {e}\n    inputs: {inputs(problem, case)}")
+            out.append(f"{head}: raised {type(e).__name__}: {e}\n    inputs:{inputs(problem, case)}")
             continue
         found = difference(expected, got)
         if found:
-            out.append(f"{head}: {found}\n    inputs: {inputs(problem, case)}")
+            out.append(f"{head}: {found}\n    inputs:{inputs(problem, case)}")
     return out
 
 
 def inputs(problem, case) -> str:
-    return ", ".join(f"{k}={show(v, 200)}" for k, v in case.inputs.items() if k not in problem.hidden)
+    """The case's inputs in full, one a line (a minibatch's fields one a line too): what the case is
+    about is in them."""
+    shown = []
+    for k, v in case.inputs.items():
+        if k in problem.hidden:
+            continue
+        parts = vars(v).items() if isinstance(v, SimpleNamespace) else [(None, v)]
+        shown += [f"\n      {k}{'.' + f if f else ''}={show(x, None)}" for f, x in parts]
+    return "".join(shown)
 
 
 def report(n: int, fn=None) -> list[str]:

@@ -14,8 +14,9 @@ ATOL = RTOL = 1e-5
 WINDOW = 8  # items shown on each side of a difference in a long list
 
 
-def show(x, limit: int = 120) -> str:
-    """A short, readable form of a value: tensors and floats to 4 decimals, long lists cut."""
+def show(x, limit: int | None = 120) -> str:
+    """A short, readable form of a value: tensors and floats to 6 digits, cut at `limit` characters
+    (None: in full)."""
     if torch.is_tensor(x):
         text = f"tensor({show(x.tolist(), limit)}, dtype={x.dtype})" if x.dim() else f"{x.item():.6g}"
     elif isinstance(x, float):
@@ -27,7 +28,7 @@ def show(x, limit: int = 120) -> str:
         text = f"{type(x).__name__}({', '.join(f'{k}={show(v, limit)}' for k, v in vars(x).items())})"
     else:
         text = repr(x)
-    return text if len(text) <= limit else text[: limit - 5] + " ...]"
+    return text if limit is None or len(text) <= limit else text[: limit - 5] + " ...]"
 
 
 def difference(expected, got, where: str = "") -> str | None:

@@ -3,8 +3,10 @@ answers `reset(slots, tasks)` and `step(slots, actions)` as `envs.EnvPool` does.
 
 Task t puts the goal t cells ahead; "forward" and "back" move; any other action is refused with
 BabyAI's words and the agent stays. Reaching the goal ends the episode with score 10 - steps
-(`SPEC.score_scale` 10: reward 1 - steps / 10). Task -1 fails at reset, task 99 at the first step
-(an environment error, as a crashed server gives).
+(`SPEC.score_scale` 10: reward 1 - steps / 10). Task -1 fails at reset; task 99 at its first
+step, task 98 at its second, and so on down to 91 (an environment error, as a crashed server gives).
+Task 100 + t is the same corridor with t cells to walk, in a variant that sends no "score": a step
+forward earns reward 1 and a step back -1, so the rewards add up to the distance walked.
 """
 
 from types import SimpleNamespace
@@ -27,8 +29,8 @@ class Corridor:
             if task < 0:
                 out.append({"observation": "", "error": "the server did not answer /reset"})
                 continue
-            self.at[slot] = [0, task, 0, task]
-            out.append({"observation": self.describe(slot)})
+            self.at[slot] = [0, task - 100 if task > 100 else task, 0, task]
+            out.append({"observation": self.describe(self.at[slot])})
         return out
 
     def step(self, slots: list[int], actions: list[str]) -> list[dict]:
@@ -36,12 +38,14 @@ class Corridor:
 
     def move(self, slot: int, action: str) -> dict:
         state = self.at[slot]
-        if state[3] == 99:
-            return {"observation": "", "error": "time-out after 30 s", "done": False}
         state[2] += 1
+        if 91 <= state[3] <= 99 and state[2] == 100 - state[3]:
+            return {"observation": "", "error": "time-out after 30 s", "done": False}
+        if state[3] > 100:
+            return self.unscored(state, action)
         if action not in ("forward", "back"):
             note = f'"{action}" is not an available action. '
-            return {"observation": note + self.describe(slot), "reward": 0.0, "score": 0.0, "done": False}
+            return {"observation": note + self.describe(state), "reward": 0.0, "score": 0.0, "done": False}
         state[0] += 1 if action == "forward" else -1
         if state[0] == state[1]:
             return {
@@ -50,8 +54,14 @@ class Corridor:
                 "score": 10.0 - state[2],
                 "done": True,
             }
-        return {"observation": self.describe(slot), "reward": 0.0, "score": 0.0, "done": False}
+        return {"observation": self.describe(state), "reward": 0.0, "score": 0.0, "done": False}
 
-    def describe(self, slot: int) -> str:
-        position, goal = self.at[slot][:2]
+    def unscored(self, state: list, action: str) -> dict:
+        moved = {"forward": 1, "back": -1}.get(action, 0)
+        state[0] += moved
+        done = state[0] == state[1]
+        return {"observation": self.describe(state), "reward": float(moved), "done": done}
+
+    def describe(self, state: list) -> str:
+        position, goal = state[:2]
         return f"You are at {position}. The goal is at {goal}."

@@ -91,15 +91,25 @@ def statistics_in_float32(rewards, groups, eps=1e-6, use_std=True):
     return adv
 
 
-def population_std(rewards, groups, eps=1e-6, use_std=True):
-    """Divides by the std over n (numpy's default) instead of n - 1 (torch's, DeepSeekMath's)."""
+def _divided(rewards, groups, eps, use_std, spread):
+    """The group-centred rewards divided, in each group of two or more, by `spread(its rewards)`."""
     adv = group_advantages(rewards, groups, eps, use_std=False).double()
     keys = groups.tolist() if torch.is_tensor(groups) else groups
     for key in set(keys):
         idx = [i for i, k in enumerate(keys) if k == key]
         if use_std and len(idx) > 1:
-            adv[idx] = adv[idx] / (rewards[idx].double().std(unbiased=False) + eps)
+            adv[idx] = adv[idx] / spread(rewards[idx].double())
     return adv.to(rewards.dtype)
+
+
+def population_std(rewards, groups, eps=1e-6, use_std=True):
+    """Divides by the std over n (numpy's default) instead of n - 1 (torch's, DeepSeekMath's)."""
+    return _divided(rewards, groups, eps, use_std, lambda r: r.std(unbiased=False) + eps)
+
+
+def eps_under_the_square_root(rewards, groups, eps=1e-6, use_std=True):
+    """sqrt(var + eps) instead of std + eps: the same for a small eps, not for a large one."""
+    return _divided(rewards, groups, eps, use_std, lambda r: (r.var() + eps).sqrt())
 
 
 # --- problem 3: the clipped surrogate with the k3 KL -------------------------------------------
@@ -118,17 +128,20 @@ def _loss(
     pessimism=torch.max,
     mask_ratio=True,
     per_token=True,
+    clamp_kl=True,
+    clip_higher=True,
 ):
     """Problem 3's loss with one of its rules changeable."""
     m = mb.loss_mask
     mean = (lambda x: masked_mean(x, m)) if per_token else (lambda x: (x * m).mean())
     log_ratio = (logp - mb.old_logprobs) * m if mask_ratio else logp - mb.old_logprobs
     ratio = log_ratio.exp()
-    high = clip_ratio_high or clip_ratio
+    high = (clip_ratio_high if clip_higher else 0.0) or clip_ratio
     loss = mean(pessimism(-adv * ratio, -adv * ratio.clamp(1 - clip_ratio, 1 + high)))
     if mb.ref_logprobs is not None and kl_coef:
         d = (mb.ref_logprobs * m - logp * m).clamp(-20, 20)
-        loss = loss + kl_sign * kl_coef * mean((d.exp() - d - 1).clamp(max=10))
+        k3 = (d.exp() - d - 1).clamp(max=10) if clamp_kl else d.exp() - d - 1
+        loss = loss + kl_sign * kl_coef * mean(k3)
     if entropy is not None:
         loss = loss - entropy_coef * mean(entropy)
     return loss, {}
@@ -154,6 +167,17 @@ def mean_over_every_position(*args, **kwargs):
     """The mean over all (B, T) positions, padding and observations included: the loss shrinks
     with the share of non-agent tokens."""
     return _loss(*args, **kwargs, per_token=False)
+
+
+def k3_not_bounded(*args, **kwargs):
+    """No upper bound on the per-token k3: a token the reference finds 30 nats less likely counts
+    19 in the KL instead of at most 10, and a few such tokens swamp the rest of the loss."""
+    return _loss(*args, **kwargs, clamp_kl=False)
+
+
+def clip_higher_ignored(*args, **kwargs):
+    """The ratio clipped to [1 - eps, 1 + eps] whatever clip_ratio_high says (DAPO's clip-higher lost)."""
+    return _loss(*args, **kwargs, clip_higher=False)
 
 
 # --- problem 4: GAE ------------------------------------------------------------------------------
@@ -324,6 +348,9 @@ def _rollout(
     drop_finished=True,
     scale=True,
     done_at_horizon=False,
+    score_default="sum",
+    success_from="reward",
+    error_done=False,
 ):
     from agent import Trajectory
 
@@ -348,9 +375,9 @@ def _rollout(
             tr.messages.append({"role": "assistant", "content": text})
             tr.actions.append(action)
             tr.rewards.append(float(r.get("reward", 0.0)))
-            tr.score = float(r.get("score", sum(tr.rewards)))
+            tr.score = float(r.get("score", sum(tr.rewards) if score_default == "sum" else tr.rewards[-1]))
             tr.observations.append(r.get("observation", ""))
-            tr.error, tr.done = r.get("error", ""), bool(r.get("done"))
+            tr.error, tr.done = r.get("error", ""), bool(r.get("done") or (error_done and r.get("error")))
             if drop_finished and (tr.done or tr.error):
                 continue
             tr.messages.append({"role": "user", "content": r.get("observation", "")})
@@ -358,7 +385,11 @@ def _rollout(
         live = still
     for tr in trajs:
         tr.reward = tr.score / spec.score_scale if scale else tr.score
-        tr.success = tr.reward >= spec.success_at
+        tr.success = {
+            "reward": tr.reward >= spec.success_at,
+            "score": tr.score >= spec.success_at,
+            "reward, strictly": tr.reward > spec.success_at,
+        }[success_from]
         tr.done = tr.done or (done_at_horizon and not tr.error)
     return trajs
 
@@ -384,6 +415,29 @@ def horizon_counted_as_done(*args, **kwargs):
     return _rollout(*args, **kwargs, done_at_horizon=True)
 
 
+def score_from_the_last_reward(*args, **kwargs):
+    """Without a "score" in the step's result, the score is the last step's reward, not the sum of
+    the episode's rewards: an environment that pays along the way is paid for its last step only."""
+    return _rollout(*args, **kwargs, score_default="last")
+
+
+def success_from_the_score(*args, **kwargs):
+    """success = score >= success_at: the unscaled score (TextCraft's 0-100, the corridor's 0-10)
+    makes nearly every finished episode a success."""
+    return _rollout(*args, **kwargs, success_from="score")
+
+
+def success_strictly_above(*args, **kwargs):
+    """success = reward > success_at: an episode that reaches the threshold exactly fails."""
+    return _rollout(*args, **kwargs, success_from="reward, strictly")
+
+
+def an_error_marked_done(*args, **kwargs):
+    """An environment error marks the episode done, as if the environment had ended it: a crashed
+    server's episode counts as finished, not as failed in flight."""
+    return _rollout(*args, **kwargs, error_done=True)
+
+
 MISTAKES = {
     1: {
         "observation tokens in the mask": observation_tokens_in_the_mask,
@@ -395,12 +449,15 @@ MISTAKES = {
         "std over the batch instead of the group": std_over_the_batch,
         "statistics in float32": statistics_in_float32,
         "population std (n, not n - 1)": population_std,
+        "eps under the square root": eps_under_the_square_root,
     },
     3: {
         "the KL term's sign flipped": kl_sign_flipped,
         "min instead of max": min_instead_of_max,
         "log ratio not masked": log_ratio_not_masked,
         "mean over every position": mean_over_every_position,
+        "the k3 not bounded": k3_not_bounded,
+        "clip-higher ignored": clip_higher_ignored,
     },
     4: {
         "the last token bootstraps from its own value": last_token_bootstraps_from_its_own_value,
@@ -428,5 +485,9 @@ MISTAKES = {
         "finished episodes keep stepping": finished_episodes_keep_stepping,
         "the score not scaled": score_not_scaled,
         "the horizon counted as done": horizon_counted_as_done,
+        "the score from the last reward": score_from_the_last_reward,
+        "success from the score, not the reward": success_from_the_score,
+        "success strictly above success_at": success_strictly_above,
+        "an error marked done": an_error_marked_done,
     },
 }

@@ -1,25 +1,31 @@
 """Problem 1: the loss mask of a multi-turn conversation (which tokens are the agent's).
 
-Mirrors: agent.py, `WholeConversation` (its `context`, `add_reply`, `add_observation`), the
-token stream of one episode when the agent sees the whole conversation (`context_turns=0`).
+Mirrors: agent.py, `WholeConversation` (read it after your check passes), the token stream of
+one episode when the agent sees the whole conversation (`context_turns=0`).
 
-An episode is ONE token sequence, built turn by turn, with a loss mask that is 1 exactly on the
-tokens the agent sampled:
+An episode is ONE token sequence, built turn by turn, with a loss mask and the sampled log-probs
+beside it. What it must be:
 
-    [system + first observation][reply 1][glue + observation 2 + header][reply 2] ... [reply n]
-     mask 0                      1 ... 1  0 ... 0                        1 ... 1       1 ... 1
+- The ids are exactly what the chat template would write for this conversation, and what the
+  policy will be scored on in the update: the prompt (`agent.chat_ids(tokenizer, first_messages)`,
+  the template with its assistant header), then each reply, then the template's glue and the next
+  observation (`agent.turn_suffix_ids(tokenizer, observation)`), and so on.
+- The loss mask is 1 on exactly the tokens the agent sampled, 0 on every other; a token's log-prob
+  is the one it was sampled with, and 0 where the mask is 0.
+- A reply is stored as the ids that were sampled, never re-tokenised from its text.
+- The row ends on the agent's own last token: the outcome reward will sit there.
 
-- The prompt is `agent.chat_ids(tokenizer, first_messages)` (the chat template, with the assistant
-  header): mask 0, log-prob 0.
-- Reply k is appended as its sampled ids, never re-tokenised from text: mask 1, its sampled
-  log-probs. A reply that ended itself ends with a stop token (`stop_ids`), which the agent sampled
-  too, so it is trained.
-- After every reply but the last, the next observation follows: `agent.turn_suffix_ids(tokenizer,
-  observation)` (the template's glue, the user turn, the assistant header): mask 0, log-prob 0.
-  A reply cut at the token limit (its last id is not in `stop_ids`) first gets the end-of-turn
-  token `end_of_turn`, which the agent did NOT sample: mask 0, log-prob 0.
-- Nothing follows the last reply: the sequence ends on the agent's own last token, where the
-  outcome reward will sit.
+Picture (three turns; the second reply ended itself, so it carries its stop token):
+
+    [system + observation 1 + header][reply 1][glue + observation 2 + header][reply 2 + stop] ...
+     mask 0                           1 ... 1  0 ... 0                        1 ... 1   1
+
+Decide, from the rules above (each one is a case of the check):
+- A reply that ended itself ends with a stop token (one of `stop_ids`). Is it trained?
+- A reply cut at the token limit has no stop token, but the template closes every assistant turn
+  with `end_of_turn` before the glue. What goes between such a reply and the next observation,
+  and with which mask and log-prob?
+- After the last reply, is anything appended?
 
 Task: return a `batch.Row(ids, mask, logprobs)` (leave `allowed` empty).
 Check: python -m exercises.check 1

@@ -1,23 +1,37 @@
 """Problem 3: the clipped surrogate loss with the k3 KL term and the entropy bonus.
 
-Mirrors: algorithm.py, `clipped_policy_loss` (and `k3_kl`, `masked_mean` beside it; PPO:
-Schulman et al., 2017, eq. 7; k3: DeepSeekMath, eq. 4; clip-higher: DAPO).
+Mirrors: algorithm.py, `clipped_policy_loss` (read it, `k3_kl` and `masked_mean` after your check
+passes). Read first: PPO, Schulman et al., 2017, eq. 7 (the clipped surrogate L^CLIP);
+DeepSeekMath, eq. 4 (the k3 estimator of the KL to the reference); DAPO, "clip-higher".
 
-Over the agent tokens m (mb.loss_mask == 1) of a minibatch, each term a token-mean
-(sum over m / number of agent tokens):
+The loss of one minibatch, to be minimised, is three token-means over its agent tokens
+(mb.loss_mask == 1; a token-mean is the sum over them divided by their number):
 
-    ratio   = exp(logp - old_logp)                              (log ratio 0 off the agent tokens:
-                                                                 their old_logp may be anything)
-    pg_loss = mean_m max(-A * ratio, -A * clip(ratio, 1 - clip_ratio, 1 + eps_high))
-    d       = clamp(ref_logp - logp, -20, 20)                   (on the agent tokens)
-    kl      = mean_m clamp(exp(d) - d - 1, max=10)              (k3 estimate of KL(pi || pi_ref))
-    loss    = pg_loss + kl_coef * kl - entropy_coef * mean_m entropy
+    loss = -L^CLIP  +  kl_coef * KL  -  entropy_coef * entropy
 
-eps_high is clip_ratio_high, or clip_ratio when clip_ratio_high is 0. The KL term is there only
-when mb.ref_logprobs is not None and kl_coef is not 0; the entropy term only when `entropy` is not
-None. mb has loss_mask, old_logprobs, ref_logprobs, all (B, T); logp, entropy, adv are (B, T).
+- L^CLIP is PPO's eq. 7 with the ratio pi/pi_old = exp(logp - old_logp) per token and the clip
+  range [1 - clip_ratio, 1 + eps_high], eps_high = clip_ratio_high, or clip_ratio when that is 0.
+- KL is the k3 estimate of KL(pi || pi_ref) per token from logp and mb.ref_logprobs, which is
+  never negative. It is there only when mb.ref_logprobs is not None and kl_coef is not 0.
+- The entropy term is there only when `entropy` is not None.
+
+Worked example, one token, clip_ratio 0.2:  A = 1, ratio 1.5: its pg term is -1.2 and its gradient
+0 (clipped: the step is already large enough). A = -1, ratio 1.5: the term is 1.5 and the gradient
+flows (it pushes the ratio back down). A = 1, ratio 0.5: the term is -0.5, gradient flows.
+k3 per token: logp = -1, ref = -1.5: exp(-0.5) + 0.5 - 1 = 0.1065.
+
+Properties a right answer has (each one a case of the check, on the loss AND its gradient):
+- Off the agent tokens, old_logprobs may hold anything (-1e4 in a case): neither the loss nor its
+  gradient may depend on it, and nothing may become inf or NaN.
+- A token the reference finds very unlikely (ref 30 below logp) counts at most 10 in the KL, as
+  verl's low_var_kl does, and the loss stays finite.
+- The means are over the agent tokens only: padding and observations do not dilute them.
+
+Decide: how eq. 7's min becomes a max once the sign is flipped; where a mask goes so that the
+ratio off the agent tokens cannot overflow; how to bound k3 without losing its gradient elsewhere.
 
 Task: return (loss, stats): loss a scalar tensor with its gradient; stats a dict (may be empty).
+mb has loss_mask, old_logprobs, ref_logprobs, all (B, T); logp, entropy, adv are (B, T).
 You may use `algorithm.masked_mean`. Check: python -m exercises.check 3
 """
 

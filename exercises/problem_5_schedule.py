@@ -1,16 +1,24 @@
 """Problem 5: the ScalingInter-RL staged horizon: which stage a training step is in.
 
-Mirrors: scaling_inter.py, `Schedule.stage` and `Schedule.horizon` (built by `staged(rounds, S)`;
-AgentGym-RL, ScalingInter-RL).
+Mirrors: scaling_inter.py, `Schedule.stage` and `Schedule.horizon`, built by `staged(rounds, S)`
+(read them after your check passes). Read first: AgentGym-RL, ScalingInter-RL (the horizon grows
+in stages as training goes on).
 
-The allowed number of agent turns grows in stages h_1 < h_2 < ... < h_K. Training steps count
-from 1: steps 1..S use h_1, steps S+1..2S use h_2, and so on; the last stage holds until the end:
+The allowed number of agent turns grows in stages with horizons rounds = (h_1, h_2, ..., h_K),
+each stage S training steps long; the last stage holds until the end. Training steps count from 1.
 
-    stage(step) = min((step - 1) // S, K - 1)          (0-based)
-    horizon(step) = rounds[stage(step)]
+Worked example, rounds (3, 5) and S = 25:
+    step      1    24    25    26    50    51   1000
+    stage     0     0     0     1     1     1      1      (0-based)
+    horizon   3     3     3     5     5     5      5
+Properties a right answer has (each one a case of the check):
+- Step S is still stage 0; step S + 1 is the first step of stage 1.
+- A run of one stage (rounds (4,)) has horizon 4 at every step, step 500 included.
+- With S = 1 each step is its own stage until the last.
+- The stage is a pure function of the step: a run resumed from a checkpoint at step 37 lands in
+  the stage it left.
 
-The stage is a pure function of the step, so a run resumed from a checkpoint at any step lands
-in the right stage.
+Decide: the arithmetic that maps a step to its stage, with steps counted from 1 and stages from 0.
 
 Task: return (stage, horizon) of training step `step` (>= 1).
 Check: python -m exercises.check 5

@@ -1,20 +1,30 @@
 """Problem 6: GiGPO's advantages: the episode's, plus one per turn over anchor states.
 
-Mirrors: gigpo.py, `gigpo_advantages` (and `step_group_ids` beside it; GiGPO: Feng et al., 2025).
+Mirrors: gigpo.py, `gigpo_advantages` and `step_group_ids` (read them after your check passes).
+Read first: GiGPO, Feng et al., 2025 (episode-level and step-level advantages, anchor
+states); docs/gigpo.md.
 
-Episode level: GRPO over the group g of each trajectory i,
-    A^E_i = (R_i - mean_g R) / (std_g R + eps)                  (grpo.group_advantages)
-Anchor states: within ONE group, turns taken from the same observation (after the normaliser,
-`gigpo.ANCHOR_NORMALISERS[normaliser]`) form a step group; its key is (group, state). Two tasks
-that happen to show the same text are different groups.
-Step returns, the outcome on the last turn and 0 before it:
-    R_{i,t} = gamma^(T_i - 1 - t) * R_i                          (algorithm.returns_to_go)
-Step level, within the step group S of turn (i, t) (a singleton step group gets 0):
-    A^S_{i,t} = (R_{i,t} - mean_S R) / (std_S R + eps)           (grpo.group_advantages again)
-Combined, per turn:  A_{i,t} = A^E_i + omega * A^S_{i,t}.
-step_norm "mean" drops the division by the std at BOTH levels.
+Each turn (i, t) gets A_{i,t} = A^E_i + omega * A^S_{i,t}:
+- A^E_i, the episode's: GRPO's normalised outcome of trajectory i within its group (problem 2).
+- A^S_{i,t}, the turn's: turns taken from the same state form a step group; each turn's step
+  return is the outcome discounted back from the episode's last turn (the last turn gets R_i,
+  the one before gamma * R_i, and so on), normalised within its step group as GRPO does.
+- A state is the observation the turn acted on (anchors[i][t]) after the normaliser
+  (`gigpo.ANCHOR_NORMALISERS[normaliser]`).
+- step_norm "mean" centres without dividing by the std, at both levels; "std" divides at both.
 
-anchors[i][t] is the observation turn t of trajectory i acted on (one per turn).
+Worked example, gamma 0.9, omega 1, one group of two: R = [1, 0],
+anchors [["a", "b"], ["a", "c"]]:
+    A^E = [0.707, -0.707];  step returns [[0.9, 1], [0, 0]];
+    step group "a" holds (0, 0) and (1, 0): A^S = 0.707 and -0.707; "b" and "c" hold one turn each
+    -> A = [[1.414, 0.707], [-1.414, -0.707]]
+Properties a right answer has (each one a case of the check):
+- A turn from a state no other turn reached gets A^S = 0: only its episode's term.
+- Two tasks can show the same text: their turns are never compared with each other.
+- Under the 'whitespace' normaliser, spacing and case do not split a state; under 'exact' they do.
+
+Decide: what identifies a step group; how to reuse problem 2's function at both levels.
+
 Task: return per trajectory, per turn, a list of floats A_{i,t}. You may use grpo.group_advantages
 and algorithm.returns_to_go. Check: python -m exercises.check 6
 """

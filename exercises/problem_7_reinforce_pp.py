@@ -1,20 +1,30 @@
 """Problem 7: REINFORCE++'s advantages: the KL in the reward, returns over the agent's tokens, whitening.
 
-Mirrors: reinforce_pp.py, `advantages` (REINFORCE++: Hu, 2025).
+Mirrors: reinforce_pp.py, `advantages` (read it after your check passes). Read first:
+REINFORCE++, Hu, 2025 (the token-level KL penalty in the reward, the return, the
+global advantage normalisation); docs/algorithms.md, "The reference code's lost reward".
 
 The steps of a trajectory are its agent tokens a_0 ... a_{n-1} in the order they were sampled:
 its rows in turn order (`batch.traj`, `batch.turn`), and within a row the loss-mask-1 columns left
-to right; `batch.agent_tokens(batch, n)` returns their (rows, cols). Observation, template and
-padding tokens are not steps. Per agent token, the k1 KL to the reference model is a penalty in
-the reward, and the outcome R_n sits on the LAST agent token:
+to right (`batch.agent_tokens(batch, n)` returns their (rows, cols)). Observation, template and
+padding tokens are not steps.
+- Reward per agent token: the outcome R_n on the trajectory's LAST agent token, and on every
+  agent token a KL penalty: kl_coef times the k1 estimate of KL(pi_old || pi_ref) at that token
+  (the log-ratio of the sampled log-prob to the reference's), when batch.ref_logprobs is not None
+  and kl_coef is not 0.
+- Return G_k: the discounted sum of the rewards from token k to the trajectory's end
+  (`algorithm.returns_to_go`).
+- Advantage: G whitened over ALL agent tokens of the batch (their mean subtracted, divided by
+  sqrt(variance + whiten_eps), the biased variance), in float64 (`algorithm.global_masked_moments`).
 
-    r_k = -kl_coef * (old_logp_k - ref_logp_k)  +  [k = n - 1] * R_n
-          (the KL part only when batch.ref_logprobs is not None and kl_coef is not 0)
-    G_k = r_k + gamma * G_{k+1},  G_n = 0                      (algorithm.returns_to_go)
-    A   = (G - mean(G)) / sqrt(var(G) + whiten_eps)            over ALL agent tokens of the batch
+Worked example, gamma 1, no KL, two one-row trajectories: R = 0 with 3 agent tokens, R = 1 with 2:
+    G = [0, 0, 0] and [1, 1];  mean 0.4, variance 0.24  ->  A = [-0.816] * 3 and [1.225] * 2
+Properties a right answer has (each one a case of the check):
+- With one row per turn, the outcome reaches the first turn's tokens too.
+- A row shorter than the batch's width loses nothing (the reference code's lost reward).
+- Equal returns give exactly A = 0.
 
-mean and var are over the agent tokens only, var the biased one (divide by the count), both in
-float64 so that equal returns give exactly A = 0 (`algorithm.global_masked_moments` computes them).
+Decide: the KL penalty's sign; over which positions the whitening's moments are taken.
 
 Task: fill batch.returns (the raw G) and batch.advantages (A, float32), both (B, T) and 0 off the
 agent tokens. cfg has kl_coef, gamma and whiten_eps. You may use batch.agent_tokens,

@@ -1,27 +1,35 @@
 """Problem 8: the multi-turn rollout loop: observe, reply, parse, step, until done or the horizon.
 
-Mirrors: agent.py, `_rollout_chunk` (with `_begin` and `_record`), the loop every training step
-and evaluation runs: all episodes in step, one turn at a time.
+Mirrors: agent.py, `_rollout_chunk` with `_begin` and `_record` (read them after your check
+passes): the loop every training step and evaluation runs, all episodes in step, one turn at a
+time. Read first: the README's "The method in code"; exercises/corridor.py, the environment here.
 
-    first = env.reset(slots, tasks)                     one dict per episode: "observation", maybe "error"
-    for turn in range(max_turns):
-        for each live episode i: its reply text -> action = spec.parse_action(text)
-        results = env.step(live slots, actions)         one dict per live episode: "observation",
-                                                        "reward", "score", "done", maybe "error"
-        an episode stays live unless its result is done or an error
+The environment answers in batches, as `envs.EnvPool` does: `env.reset(slots, tasks)` gives one
+dict per episode ("observation", maybe "error"); `env.step(slots, actions)` one dict per episode
+stepped ("observation", "reward", maybe "score", "done", maybe "error"). The slot of episode i is
+i. The replies are scripted: episode i says replies[i][0], then replies[i][1], ... (no model is
+needed); the action sent is `spec.parse_action(reply)`, never the reply itself.
 
-Here the replies are scripted: episode i says replies[i][0], then replies[i][1], ... (so no model
-is needed). The slot of episode i is i. Per episode, an `agent.Trajectory(task=tasks[i], group=i)`:
-- messages: {"role": "system", "content": spec.instruction}, then {"role": "user", "content":
-  the first observation}; after each turn {"role": "assistant", "content": the reply text} and,
-  unless that step ended the episode (done, or an error), {"role": "user", "content": the new
-  observation} (also after the last turn the horizon allows).
-- observations: the first observation, then the observation of every step (the last one too).
-  actions: the parsed action of every turn. rewards: each step's "reward" (default 0).
-- score: the last step's "score" (default: the sum of the rewards); reward = score /
-  spec.score_scale; success = reward >= spec.success_at.
-- done: the last step's "done" (False when the horizon cut the episode). A result with an "error"
-  ends the episode: trajectory.error holds the message. An error at reset: no turn, done True.
+Per episode, an `agent.Trajectory(task=tasks[i], group=i)` with:
+- messages: the conversation as the agent saw it: the system message (spec.instruction), then the
+  first observation as a user message; per turn the reply (assistant) and, if the episode goes
+  on or only the horizon stopped it, the new observation (user).
+- observations: the first observation, then every step's (the last one too); actions: every
+  parsed action; rewards: every step's "reward" (0 when absent).
+- score: the last step's "score"; where that result has none, the episode's rewards add up to
+  it. reward: the score on the 0-1 scale (spec.score_scale is the score's full scale); success:
+  reward at least spec.success_at.
+- done: the last step's "done", as the environment said it (the horizon cutting an episode is
+  not the environment ending it).
+- error: the message of a result with an "error"; an error ends the episode, whatever its "done"
+  says. An error at reset: no turn at all, and the episode is done.
+
+Worked example (the corridor, task 2, replies "Action: forward" twice, horizon 5): two turns;
+observations ["You are at 0. The goal is at 2.", "You are at 1. ...", "You reached the goal."];
+the second step sends score 8, so reward 0.8 and success True; done True.
+
+Decide: when an episode leaves the live set; which episodes a step is sent for; what happens to an
+episode the environment ended one turn while the others go on.
 
 Task: return the list of trajectories, in task order. Check: python -m exercises.check 8
 """

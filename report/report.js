@@ -249,7 +249,8 @@ function renderEpisode(id) {
   v.append(el("div", {class: "meta"}, el("span", {class: e.success ? "ok" : "bad", text: e.success ? "success" : "failure"}),
     el("span", {text: "score " + fmt(e.score)}), el("span", {text: "reward " + fmt(e.reward)}), el("span", {text: e.turns + " turns"}),
     el("span", {text: e.error ? "error: " + e.error : e.done ? "ended by the environment" : "truncated at the horizon"}),
-    e.step !== null && e.step !== undefined ? el("span", {text: "training step " + e.step}) : null));
+    e.step !== null && e.step !== undefined ? el("span", {text: "training step " + e.step}) : null,
+    e.token_rows ? tokensButton() : null));
   if (e.system) v.append(el("details", {}, el("summary", {text: "system prompt"}), el("pre", {text: e.system})));
   e.steps.forEach((t, k) => {
     const body = el("div", {class: "body"});
@@ -277,6 +278,83 @@ function renderEpisode(id) {
     if (pics.childNodes.length) turn.prepend(pics);
     v.append(turn);
   });
+  renderTokens(e, v);
+}
+
+// ---- the token inspector: each token of the rows the update trained, as it saw them ----
+const TOKEN_VIEWS = {
+  advantage: "advantage (green: pushed up, red: pushed down)",
+  ratio: "ratio \u03c0/\u03c0_old at the update (blue: above 1, orange: below; outlined: the clip bit)",
+  logprob: "log-prob at sampling (darker: less likely)",
+  value: "the critic's value",
+  mask: "loss mask (blue: trained, grey: context)",
+};
+const shade = (rgb, a) => "rgba(" + rgb + "," + Math.max(0, Math.min(1, a)).toFixed(3) + ")";
+// the clip bit where the pessimistic max took the clipped term: A > 0 above 1 + eps, A < 0 below 1 - eps
+function clipBit(r, k, clip) {
+  const x = (r.ratio || [])[k], a = (r.advantage || [])[k];
+  return !!clip && r.mask[k] === 1 && typeof x === "number" && typeof a === "number" &&
+    ((a > 0 && x > clip[1]) || (a < 0 && x < clip[0]));
+}
+function tokenScales(rows) {
+  const top = (f) => Math.max(0, ...rows.flatMap((r) => r.text.map((_, k) => r.mask[k] === 1 ? f(r, k) : 0)).filter(isFinite));
+  return {advantage: top((r, k) => Math.abs((r.advantage || [])[k])), value: top((r, k) => Math.abs((r.value || [])[k])),
+    ratio: top((r, k) => Math.abs(Math.log((r.ratio || [])[k]))), logprob: top((r, k) => -(r.logprob || [])[k])};
+}
+function tokenColor(view, r, k, scale) {
+  const x = (r[view] || [])[k];
+  if (view === "mask") return r.mask[k] === 1 ? shade("21,101,192", 0.25) : "transparent";
+  if (r.mask[k] !== 1 || typeof x !== "number") return "transparent";
+  if (view === "advantage" || view === "value") return creditColor(x, scale[view]);
+  if (view === "ratio") return scale.ratio ? shade(x >= 1 ? "21,101,192" : "230,81,0", 0.6 * Math.abs(Math.log(x)) / scale.ratio) : "transparent";
+  return scale.logprob ? shade("106,27,154", 0.6 * -x / scale.logprob) : "transparent";
+}
+function tokenTitle(r, k) {
+  const parts = ["token " + JSON.stringify(r.text[k]), "mask " + r.mask[k]];
+  for (const f of ["logprob", "ratio", "advantage", "value"]) if (r[f] && typeof r[f][k] === "number") parts.push(f + " " + r[f][k].toFixed(4));
+  return parts.join(" \u00b7 ");
+}
+function tokensButton() {  // the hash routes the views, so a button, not an #anchor, scrolls to the inspector
+  const b = el("button", {id: "to-tokens", text: "tokens as the update saw them \u2193"});
+  b.addEventListener("click", () => $("tokens").scrollIntoView());
+  return b;
+}
+function renderTokens(e, v) {
+  const T = e.token_rows;
+  if (!T || !T.rows.length) return;
+  const rows = T.rows.filter((r) => Array.isArray(r.mask)), scale = tokenScales(rows);
+  const views = Object.keys(TOKEN_VIEWS).filter((f) => f === "mask" || rows.some((r) => r[f]));
+  const pick = el("select", {id: "token-colour"});
+  for (const f of views) pick.append(el("option", {value: f, text: TOKEN_VIEWS[f]}));
+  pick.value = "advantage";
+  const lastRow = rows.length - 1, lastTok = lastRow >= 0 ? rows[lastRow].mask.lastIndexOf(1) : -1;
+  const trained = rows.reduce((a, r) => a + r.mask.filter((m) => m === 1).length, 0);
+  const bit = rows.reduce((a, r) => a + r.text.filter((_, k) => clipBit(r, k, T.clip)).length, 0);
+  const ratios = rows.flatMap((r) => (r.ratio || []).filter((x, k) => r.mask[k] === 1));
+  const box = el("section", {id: "tokens"}, el("h3", {text: "Tokens as the update saw them"}),
+    el("p", {class: "muted", id: "token-summary", text: trained + " trained tokens in " + rows.length + " row(s); " +
+      (ratios.length ? "ratio " + fmt(Math.min(...ratios), 4) + " to " + fmt(Math.max(...ratios), 4) + " at the update, " +
+        "the clip [" + (T.clip || []).map((x) => fmt(x, 2)).join(", ") + "] bit on " + bit + "; " : "no ratio recorded; ") +
+      "the outcome reward sits on the last agent token (\u2605). Hover a token for its numbers."}),
+    el("div", {class: "filters"}, el("label", {}, "colour by ", pick)));
+  const out = el("div", {});
+  const draw = () => {
+    out.textContent = "";
+    rows.forEach((r, j) => {
+      const line = el("div", {class: "token-row"}, el("div", {class: "muted", text: "row " + (j + 1) + " \u00b7 turn " + (r.turn + 1)}));
+      const text = el("div", {class: "tokens"});
+      r.text.forEach((t, k) => {
+        const cls = "tok" + (r.mask[k] === 1 ? "" : " off") + (clipBit(r, k, T.clip) ? " clipped" : "") +
+          (j === lastRow && k === lastTok ? " outcome" : "");
+        text.append(el("span", {class: cls, style: "background:" + tokenColor(pick.value, r, k, scale), title: tokenTitle(r, k), text: t}));
+      });
+      out.append(line, text);
+    });
+  };
+  pick.addEventListener("input", draw);
+  draw();
+  box.append(out);
+  v.append(box);
 }
 
 // ---- comparison of two sets on the same task ids ----

@@ -37,7 +37,42 @@ def test_every_listed_mistake_fails_its_check_with_the_case_and_what_was_expecte
     found = failures(n, MISTAKES[n][name])
     assert found, f"problem {n}: the mistake {name!r} passes the check"
     assert found[0].startswith("case ") and ("expected" in found[0] or "raised" in found[0])
-    assert "inputs:" in found[0]
+    assert "inputs:" in found[0] and "...]" not in found[0].split("inputs:")[1]  # the inputs whole
+
+
+def test_a_failing_case_shows_its_inputs_in_full():
+    """Problem 3's sixth case is about a reference far below the policy: its ref_logprobs must be in
+    the message whole, not cut."""
+    from exercises.mistakes import _loss
+
+    def unclamped(logp, entropy, mb, adv, clip_ratio, kl_coef=0.0, **rest):
+        loss, _ = _loss(logp, entropy, mb, adv, clip_ratio, **rest)
+        if mb.ref_logprobs is not None and kl_coef:
+            d = (mb.ref_logprobs - logp) * mb.loss_mask
+            loss = loss + kl_coef * masked_mean(d.exp() - d - 1, mb.loss_mask)
+        return loss, {}
+
+    from algorithm import masked_mean
+
+    found = failures(3, unclamped)
+    assert len(found) == 1 and found[0].startswith("case 6 ")
+    inputs = found[0].split("inputs:")[1]
+    assert "ref_logprobs=tensor([[0, 0, -30.5" in inputs and "...]" not in inputs
+
+
+def test_problem_8_catches_the_score_and_success_mistakes_on_the_cases_made_for_them():
+    assert failures(8, MISTAKES[8]["the score from the last reward"])[0].startswith("case 8 ")
+    assert failures(8, MISTAKES[8]["success from the score, not the reward"])[0].startswith("case 6 ")
+
+
+def test_the_course_says_how_many_cases_a_check_runs_and_how_many_failing_ones_it_prints():
+    from exercises.check import MAX_SHOWN
+
+    text = " ".join((ROOT / "docs" / "course.md").read_text().split())
+    counts = {n: len(p.cases()) for n, p in PROBLEMS.items()}
+    others = [c for n, c in counts.items() if n != 5]
+    assert f"({min(others)} to {max(others)} per problem; problem 5's {counts[5]} are" in text
+    assert f"prints the first {MAX_SHOWN} cases that differ" in text
 
 
 def test_every_problem_keeps_at_least_two_mistakes_beside_it():
@@ -52,13 +87,17 @@ def test_a_function_that_returns_nothing_fails_with_a_message_not_a_crash(n):
 
 
 @pytest.mark.parametrize("n", sorted(PROBLEMS))
-def test_each_stub_states_its_task_equation_and_the_function_it_mirrors(n):
+def test_each_stub_states_its_task_the_function_it_mirrors_and_what_is_left_to_decide(n):
     problem = PROBLEMS[n]
     path = ROOT / "exercises" / f"{problem.module}.py"
     doc = ast.get_docstring(ast.parse(path.read_text()))
     project_file = problem.mirrors.split(",")[0]
     assert project_file in doc and (ROOT / project_file).exists()
     assert "Task:" in doc and f"python -m exercises.check {n}" in doc
+    assert "after your check passes" in " ".join(doc.split()), (
+        "the stub must say to read the project's function after"
+    )
+    assert "\nDecide" in doc, "a problem leaves the student something to decide, and says what"
     fn = student_function(n)
     assert fn.__module__ == f"exercises.{problem.module}"
 

@@ -10,6 +10,7 @@ import shutil
 
 import numpy as np
 import pytest
+import torch
 
 import view
 from servers.babyai import png_data_url
@@ -384,6 +385,12 @@ def test_training_run_with_saved_rollouts_has_curves_samples_and_before_after(br
     assert len(cells) == turns and all(c.startswith(("+", "-")) for c in cells)
     page.evaluate("location.hash = '#episode-' + document.querySelectorAll('#credit-view a')[0].textContent")
     assert page.locator(".turn .credits").count() == page.locator(".turn").count() > 0
+    # and every token of its trained rows, with the ratio the update saw (on-policy: 1 at one epoch)
+    rec = json.loads(open(tmp_path / "rollouts" / "step_000001.jsonl").readline())
+    rows = rec["credit"]["rows"]
+    assert rows and all(len(r["ratio"]) == len(r["mask"]) == len(r["text"]) for r in rows)
+    assert "".join(rows[0]["text"][: rows[0]["mask"].index(1)]).startswith("<|im_start|>")
+    assert page.locator("#tokens .tok").count() > page.locator("#tokens .tok.off").count() > 0
     assert page.errors == []
 
 
@@ -520,3 +527,113 @@ def test_credit_rejects_an_unknown_algorithm_in_one_line(tmp_path, capsys):
     assert (
         e.value.code == 2 and "unknown algorithm(s) nope; allowed: grpo" in err and len(err.splitlines()) == 1
     )
+
+
+# --- the token inspector: each token of a trained row, as the update saw it ------------------------
+
+
+class DigitTokenizer:
+    """Token id i reads as "<i>"."""
+
+    def decode(self, ids):
+        return "".join(f"<{i}>" for i in ids)
+
+
+def watched_batch():
+    """credit_batch's trajectories (one row per turn) after GRPO's advantages, with one minibatch
+    of every row through a watched loss whose new log-probs move each agent token by 0.5 * sign,
+    so that some ratios leave [0.8, 1.2]. Watching changes nothing in the loss."""
+    import grpo
+    from credit import watch_ratios
+    from tests.test_signals import credit_batch
+    from train import Config
+
+    trajs, batch = credit_batch(False)
+    cfg = Config()
+    grpo.advantages(batch, cfg)
+    seen = {}
+    algo = watch_ratios(grpo.GRPO, seen)
+    mb = batch.select(torch.arange(len(batch))).trim()
+    step = torch.where(torch.arange(mb.loss_mask.shape[1]) % 2 == 0, 0.5, -0.5) * mb.loss_mask
+    watched, _ = algo.loss(mb.old_logprobs + step, None, mb, cfg, None)
+    assert torch.equal(watched, grpo.GRPO.loss(mb.old_logprobs + step, None, mb, cfg, None)[0])  # untouched
+    assert (
+        watch_ratios(grpo.GRPO, None) is grpo.GRPO
+    )  # a step whose rollouts are not saved: the algorithm itself
+    return trajs, batch, seen, step, cfg
+
+
+def test_the_watched_loss_records_each_rows_ratio_and_the_token_rows_line_up_with_the_batch():
+    from credit import token_rows
+
+    trajs, batch, seen, step, cfg = watched_batch()
+    assert sorted(seen) == sorted(zip(batch.traj.tolist(), batch.turn.tolist()))
+    for b, key in enumerate(zip(batch.traj.tolist(), batch.turn.tolist())):
+        assert torch.allclose(seen[key], step[b].exp())  # 1 off the agent tokens
+    out = token_rows(batch, DigitTokenizer(), seen, cfg)
+    assert len(out) == len(trajs) and all(o["clip"] == pytest.approx([0.8, 1.2]) for o in out)
+    for n, t in enumerate(trajs):
+        rows = out[n]["rows"]
+        assert [r["turn"] for r in rows] == list(range(len(t.rows)))
+        for r, row in zip(rows, t.rows):
+            assert r["text"] == [f"<{i}>" for i in row.ids] and r["mask"] == row.mask
+            assert r["logprob"] == pytest.approx(row.logprobs, abs=1e-4)
+            assert len(r["ratio"]) == len(r["advantage"]) == len(row.ids) and "value" not in r
+    assert token_rows(batch, DigitTokenizer(), None, cfg)[0]["rows"][0].keys() == {
+        "turn",
+        "text",
+        "mask",
+        "logprob",
+        "advantage",
+    }
+
+
+def test_the_token_inspector_shows_every_token_its_mask_the_outcome_and_where_the_clip_bit(browser, tmp_path):
+    import grpo
+    from credit import token_rows, turn_credit
+    from eval import write_trajectories
+
+    trajs, batch, seen, step, cfg = watched_batch()
+    for t, c, rows in zip(
+        trajs, turn_credit(batch, "grpo", grpo.GRPO), token_rows(batch, DigitTokenizer(), seen, cfg)
+    ):
+        t.credit = {**c, **rows}
+    os.makedirs(tmp_path / "run" / "rollouts")
+    write_trajectories(str(tmp_path / "run" / "rollouts" / "step_000001.jsonl"), trajs, step=1)
+    (tmp_path / "run" / "metrics.jsonl").write_text(json.dumps({"step": 1, "charts/success": 0.5}) + "\n")
+    page = open_page(browser, view.main([str(tmp_path / "run"), "--out", str(tmp_path / "r.html")]))
+    page.evaluate("location.hash = '#episode-0'")
+    rows = trajs[0].rows
+    tokens = page.locator("#tokens .tok")
+    assert tokens.count() == sum(len(r.ids) for r in rows)
+    assert page.locator("#tokens .tok.off").count() == sum(r.mask.count(0) for r in rows)
+    assert page.locator("#tokens .tokens").count() == len(rows)
+    # the outcome sits on the trajectory's last agent token: the last row's last mask-1 token
+    outcome = page.locator("#tokens .tok.outcome")
+    assert (
+        outcome.count() == 1
+        and outcome.inner_text() == f"<{rows[-1].ids[rows[-1].mask.index(1) + rows[-1].mask.count(1) - 1]}>"
+    )
+    # the clip bit where A > 0 and the ratio is above 1.2 or A < 0 and below 0.8
+    adv = float(grpo.group_advantages(batch.rewards, batch.groups)[0])
+    bit = sum(
+        1
+        for b in (batch.traj == 0).nonzero().squeeze(-1).tolist()
+        for x, m in zip(step[b].exp().tolist(), batch.loss_mask[b].tolist())
+        if m and ((adv > 0 and x > 1.2) or (adv < 0 and x < 0.8))
+    )
+    assert bit > 0 and page.locator("#tokens .tok.clipped").count() == bit
+    assert f"bit on {bit};" in page.inner_text("#token-summary")
+    title = tokens.first.get_attribute("title")
+    assert "mask 0" in title and "ratio" in title and "advantage" in title
+    # colour by: the advantage by default (every agent token the same colour under GRPO), then the ratio
+    colours = lambda: set(
+        page.locator("#tokens .tok:not(.off)").evaluate_all("ts => ts.map(t => t.style.background)")
+    )
+    assert len(colours()) == 1
+    page.select_option("#token-colour", "ratio")
+    assert len(colours()) == 2  # above 1 and below 1
+    page.click("#to-tokens")
+    assert page.evaluate("window.scrollY") > 0  # scrolled down to the inspector
+    page.screenshot(path=str(tmp_path / "tokens.png"), full_page=True)
+    assert page.errors == []
