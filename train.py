@@ -391,10 +391,8 @@ def log_step(
     if saves_rollouts(cfg, step):
         tokens = token_rows(batch, run.learner.policy.tokenizer, seen, cfg)
         for t, credit, rows in zip(trajs, turn_credit(batch, cfg.algo, run.learner.algo), tokens):
-            t.credit = {
-                **credit,
-                **rows,
-            }  # per turn: the advantage this update gave it (batch order is trajs')
+            # per turn, the advantage this update gave it; per token, what the inspector shows (trajs' order)
+            t.credit = {**credit, **rows}
         episodes = dist.gather(episodes)  # in task order
         if run.main:
             path = os.path.join(cfg.out, "rollouts", f"step_{step:06d}.jsonl")
