@@ -11,6 +11,10 @@ on (envs.py: each environment's train / val / test):
   that evaluation also gives its headroom, pass@1 against pass@8 (RL with an outcome reward
   mostly turns pass@k into pass@1);
 - RL runs from it at every seed (default 3); its evaluations during training are on validation;
+- self-training, RL's cheapest rival (rejection-sampling fine-tuning; AgentGym's AgentEvol is this
+  idea): the best imitation checkpoint samples as many episodes as one RL run on RL's tasks and SFT
+  trains on its successes, twice (the second round from the first); the better round on validation
+  is tested beside RL, and RL minus it is paired like the gain;
 - every checkpoint of the row (base, each imitation checkpoint, each RL seed) is then evaluated
   once on the same test episodes (the same tasks x samples at the same evaluation seed), and the
   gain is RL minus the best imitation checkpoint, paired over the test tasks (each task's figure
@@ -53,8 +57,9 @@ the demonstrations and every round's labels; a second round writes dagger2_polic
 sft3/; RECIPES[env]["dagger"]), val_<checkpoint>/ (eval.py on validation), pick_<best>/ (--pick:
 the best on rl_train tasks x 8; RL trains on the tasks it solved sometimes, not always),
 rl_s<seed>/ (train.py from the best) + val_rl_s<seed>/ (its final model on validation),
-test_<checkpoint>/ (eval.py on the test episodes; test_base/ is SmolLM2 before anything,
-test_rl_s<seed>/ an RL run's final model). Each stage's wall time goes to times.json.
+self<k>_policy/ + self<k>/ + val_self<k>/ (self-training round k: the episodes, the SFT on their
+successes, its validation), test_<checkpoint>/ (eval.py on the test episodes; test_base/ is
+SmolLM2 before anything, test_rl_s<seed>/ an RL run's final model). Each stage's wall time goes to times.json.
 """
 
 import argparse
@@ -126,6 +131,8 @@ RL_EVAL = 20  # validation tasks each RL run evaluates before and after training
 PICK_SAMPLES = 8  # --pick: each rl_train task's episodes that tell "sometimes" from "always" or "never"
 RL_VAL_SAMPLES = 4  # each RL seed's final model on the val tasks x this: how a lever is judged (--compare)
 RL_SAVE_EVERY = 2  # RL checkpoints every 2 steps: a recipe stopped mid-run continues its RL from there
+GROUP = 4  # RL's samples per task (a GRPO group)
+SELF_ROUNDS = 2  # self-training rounds (self1/, self2/), the best on validation tested beside RL
 BASE = "smollm2"  # the CPU row's base model: SmolLM2-135M-Instruct, offline (machinery/gguf_model.py)
 SFT_LR = {BASE: "1e-4"}  # SFT's learning rate per base model; others: sft.py's default for a real model
 REAL_MODEL_FLAGS = "--gradient-checkpointing true --micro-batch-size 1"  # sft.py's and train.py's, for
@@ -244,15 +251,17 @@ def recipe(
     for name in imitation:  # choose on validation: the best imitation checkpoint is RL's start
         evaluate(f"val_{name}", f"{d}/{name}/checkpoint", val, r["val"])
     best = best_imitation(d, imitation, metric_of(env))
-    picked = f"--train-task-ids {ids_of(pool)}" if r.get("disjoint") else ""
+    rl_tasks = pool
     if r.get("pick"):  # RL's tasks: those the best imitation checkpoint solves sometimes, not always
         evaluate(f"pick_{best}", f"{d}/{best}/checkpoint", pool, (r["pick"], PICK_SAMPLES))
-        picked = "--train-task-ids " + ids_of(informative(os.path.join(d, f"pick_{best}")))
+        rl_tasks = informative(os.path.join(d, f"pick_{best}"))
+    picked = f"--train-task-ids {ids_of(rl_tasks)}" if r.get("disjoint") or r.get("pick") else ""
     steps = r.get("steps", 8)
     per_stage = steps // len(r["rounds"].split(","))  # ScalingInter-RL's stages share the steps evenly
     rl = (
         f"train.py --model {d}/{best}/checkpoint --env {env} {FREE} --rounds {r['rounds']} "
-        f"--steps-per-stage {per_stage} --steps {steps} --tasks-per-step {TASKS_PER_STEP} --group-size 4 "
+        f"--steps-per-stage {per_stage} --steps {steps} --tasks-per-step {TASKS_PER_STEP} "
+        f"--group-size {GROUP} "
         f"--minibatch-size 16 --micro-batch-size 8 --lora-rank 16 --kl-coef 0 --lr {r.get('lr', '1e-4')} "
         f"--train-split {rl_train} {picked} --test-split {val} --eval-episodes {RL_EVAL} "
         f"--save-every {RL_SAVE_EVERY}{size}"
@@ -261,11 +270,28 @@ def recipe(
         out = f"{d}/rl_s{seed}"
         stage(d, f"rl_s{seed}", f"{rl} --seed {seed} --out {out}{resume_flag(out)}", extra)
         evaluate(f"val_rl_s{seed}", f"{d}/rl_s{seed}/checkpoint", val, (r["val"][0], RL_VAL_SAMPLES))
-    if val_only:
+    if val_only:  # a lever's trial on RL: no test episodes, no self-training
         return
+    # self-training, RL's cheapest rival: SFT on the best imitation checkpoint's own successes on RL's
+    # tasks, as many sampled episodes as one RL run; a second round from the first's checkpoint
+    selfs, start, n = [], best, steps * TASKS_PER_STEP  # n tasks x GROUP samples: an RL run's episodes
+    for k in range(1, SELF_ROUNDS + 1):
+        ids = ids_of(rl_tasks[((k - 1) * n + j) % len(rl_tasks)] for j in range(n))
+        own = f"--task-ids {ids} --n-samples {GROUP} --seed {k + 1} --horizon {turns} --parallel {inflight}"
+        policy, data = f"{d}/{start}/checkpoint", f"{d}/self{k}_policy"
+        stage(d, f"self{k}_policy", f"eval.py --model {policy} --env {env} {own} {FREE} --out {data}", extra)
+        rolled = summary_of(d, f"self{k}_policy")
+        if rolled and not rolled["success_rate"]:  # no success of its own to learn from
+            break
+        own_successes = f"--data {data}/trajectories.jsonl --out {d}/self{k}"
+        stage(d, f"self{k}", f"sft.py --model {policy} --env {env} --epochs 1 {sft} {own_successes}", extra)
+        evaluate(f"val_self{k}", f"{d}/self{k}/checkpoint", val, r["val"])
+        selfs.append(f"self{k}")
+        start = f"self{k}"
     # the test episodes, once per checkpoint, the same for all of them; the base model last (it
     # rarely ends an episode, so it takes longest): a row stopped midway has its comparison first
-    for name in imitation:
+    chosen = [best_imitation(d, selfs, metric_of(env))] if selfs else []  # self-training's, on validation
+    for name in imitation + chosen:
         evaluate(f"test_{name}", f"{d}/{name}/checkpoint", test, r["test"])
     for seed in seeds:
         evaluate(f"test_rl_s{seed}", f"{d}/rl_s{seed}/checkpoint", test, r["test"])
@@ -424,8 +450,12 @@ def row(env: str, root: str) -> dict | None:
         return None
     best = best_imitation(d, imitation, metric)
     seeds = rl_runs(d, "test")
-    test = {n: per_task(os.path.join(d, f"test_{n}"), metric) for n in ["base", *imitation, *seeds]
-            if summary_of(d, f"test_{n}")}  # fmt: skip
+    selfs = sorted((n for n in os.listdir(d) if re.fullmatch(r"self\d+", n) and summary_of(d, f"val_{n}")),
+                   key=lambda n: int(n[4:]))  # fmt: skip
+    chosen = best_imitation(d, selfs, metric) if selfs else None  # self-training's round, on validation
+    test = {n: per_task(os.path.join(d, f"test_{n}"), metric) for n in ["base", *imitation, *seeds, chosen]
+            if n and summary_of(d, f"test_{n}")}  # fmt: skip
+    rivals = [test[n] for n in seeds]
     val = {n: per_task(os.path.join(d, f"val_{n}"), metric) for n in imitation}
     head = summary_of(d, f"val_{best}")["pass_at_k"]
     times_path = os.path.join(d, "times.json")
@@ -441,8 +471,19 @@ def row(env: str, root: str) -> dict | None:
         headroom=(head.get("1"), head.get("8")),
         rl=[mean_of(test[n]) for n in seeds],
         rl_val=[mean_of(per_task(os.path.join(d, f"val_{n}"), metric)) for n in rl_runs(d, "val")],
-        gain=paired_gain([test[n] for n in seeds], test[best]),
-        gain_se_seeds=seeds_aware_se([test[n] for n in seeds], test[best]),
+        gain=paired_gain(rivals, test[best]),
+        gain_se_seeds=seeds_aware_se(rivals, test[best]),
+        # self-training (the round chosen on validation): its test and val figures, RL minus it
+        self_training=(
+            chosen,
+            mean_of(test[chosen]),
+            mean_of(per_task(os.path.join(d, f"val_{chosen}"), metric)),
+        )
+        if chosen in test
+        else None,
+        over_self=(paired_gain(rivals, test[chosen]), seeds_aware_se(rivals, test[chosen]))
+        if chosen in test
+        else None,
         valid=(  # (valid, replies): the best imitation checkpoint's, then the RL seeds' summed
             valid_share(os.path.join(d, f"test_{best}", "trajectories.jsonl")),
             (sum(v for v, _ in valid), sum(n for _, n in valid)),
@@ -451,13 +492,19 @@ def row(env: str, root: str) -> dict | None:
     )
 
 
+def signed(m: float, se: float) -> str:
+    """'+m ± se' in points, in bold beyond two standard errors."""
+    mark = "**" if abs(m) > 2 * se else ""
+    return f"{mark}{100 * m:+.1f} ± {100 * se:.1f}{mark}"
+
+
 def table(root: str) -> str:
     head = (
         "| environment (test episodes) | expert (train) | base SmolLM2 | imitation on test (val) "
         "| best imitation's pass@1 -> pass@8 (val) | SFT + RL, each seed | RL - best imitation, paired "
-        "| ± counting seeds | valid replies, best imitation -> RL | RL time per seed "
-        "| paper 7B base -> RL |\n"
-        "|---|---:|---:|---|---|---|---|---|---|---|---|\n"
+        "| ± counting seeds | self-training on test (val) | RL - self-training, paired, ± counting seeds "
+        "| valid replies, best imitation -> RL | RL time per seed | paper 7B base -> RL |\n"
+        "|---|---:|---:|---|---|---|---|---|---|---|---|---|---|\n"
     )
     lines = []
     for env in RECIPES:
@@ -469,13 +516,17 @@ def table(root: str) -> str:
         cells = {n: f"{n} {pts(t)} ({pts(v)})" for n, t, v in f["imitation"]}
         cells[f["best"]] = f"**{cells[f['best']]}**"  # the baseline, chosen on validation
         imitation = ", ".join(cells.values())
-        gain = seeds_aware = "-"
+        gain = seeds_aware = self_cell = over_self = "-"
         if f["gain"]:  # over tasks (the seeds averaged per task), then counting the seeds too
             m, se, n = f["gain"]
             gain = f"{100 * m:+.1f} ± {100 * se:.1f} ({n} tasks)"
-            both = f["gain_se_seeds"]
-            mark = "**" if abs(m) > 2 * both else ""  # beyond two seeds-aware standard errors
-            seeds_aware = f"{mark}{100 * m:+.1f} ± {100 * both:.1f}{mark} ({len(f['rl'])} seeds)"
+            seeds_aware = f"{signed(m, f['gain_se_seeds'])} ({len(f['rl'])} seeds)"
+        if f["self_training"]:
+            name, on_test, on_val = f["self_training"]
+            self_cell = f"{name} {pts(on_test)} ({pts(on_val)})"
+        if f["over_self"] and f["over_self"][0]:
+            (m, _, n), both = f["over_self"]
+            over_self = f"{signed(m, both)} ({n} tasks)"
         rl = ", ".join(pts(x) for x in f["rl"]) or "-"
         if len(f["rl"]) > 1:
             rl += f" (mean {mean_se(f['rl'])})"
@@ -486,6 +537,7 @@ def table(root: str) -> str:
         lines.append(
             f"| {NAMES[env]} ({f['episodes']}) | {pts(f['expert'])} | {pts(f['base'])} | {imitation} "
             f"| {pts(f['headroom'][0])} -> {pts(f['headroom'][1])} | {rl} | {gain} | {seeds_aware} "
+            f"| {self_cell} | {over_self} "
             f"| {share(f['valid'][0])} -> {share(f['valid'][1])} | {secs or '-'} | {paper} |"
         )
     return head + "\n".join(lines) + "\n"

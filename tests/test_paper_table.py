@@ -66,8 +66,9 @@ def test_the_baseline_is_the_best_imitation_checkpoint_on_val_and_the_gain_is_pa
     # per task, RL averaged over seeds minus sft: (1-1, 0.5-0, 0.5-0) -> +33.3, std 0.289 / sqrt(3)
     assert cells[6] == "+33.3 ± 16.7 (3 tasks)"
     assert cells[7].startswith("+33.3 ± ") and cells[7].endswith(" (2 seeds)")  # the seeds-aware error
-    assert cells[8] == "2/3 (0.67) -> 6/6 (1.00)"
-    assert cells[9] == "10 min, 20 min"
+    assert cells[8] == cells[9] == "-"  # no self-training yet
+    assert cells[10] == "2/3 (0.67) -> 6/6 (1.00)"
+    assert cells[11] == "10 min, 20 min"
     assert "TextCraft" not in paper_table.table(str(tmp_path))
 
 
@@ -109,7 +110,8 @@ def test_dagger_rounds_take_the_next_train_tasks_and_train_on_every_rounds_label
     cmd = dict(calls)
     d, ids = f"{tmp_path}/textcraft", paper_table.split_ids("textcraft", "depth1-train")
     names = "demos sft dagger_policy dagger sft2 dagger2_policy dagger2 sft3 val_sft val_sft2 val_sft3 "
-    names += "rl_s0 val_rl_s0 test_sft test_sft2 test_sft3 test_rl_s0 test_base"
+    names += "rl_s0 val_rl_s0 self1_policy self1 val_self1 self2_policy self2 val_self2 "
+    names += "test_sft test_sft2 test_sft3 test_self2 test_rl_s0 test_base"
     assert [n for n, _ in calls] == names.split()
     assert f"--model {d}/sft/checkpoint" in cmd["dagger_policy"]
     assert f"--task-ids {','.join(map(str, ids[:2]))} " in cmd["dagger_policy"]
@@ -368,3 +370,58 @@ def test_the_seeds_aware_error_counts_the_spread_between_seeds_which_the_over_ta
     same = [rl[1]] * 3
     _, over_tasks, _ = paper_table.paired_gain(same, base)
     assert paper_table.seeds_aware_se(same, base) == pytest.approx(over_tasks, rel=0.1)
+
+
+def test_self_training_learns_from_the_baselines_own_successes_on_rls_tasks_with_rls_episode_count(
+    tmp_path, monkeypatch
+):
+    """Self-training (rejection-sampling fine-tuning), the cheapest rival of online RL: the best
+    imitation checkpoint samples as many episodes as one RL run (steps x tasks per step tasks x
+    GROUP samples) on RL's training tasks, SFT trains on its successes; a second round does the same
+    from the first round's checkpoint on the next tasks; the better round on validation is tested
+    with the rest. A round with no success stops them (nothing of its own to learn from)."""
+    import paper_table
+
+    calls = []
+    monkeypatch.setattr(
+        paper_table, "stage", lambda root, name, command, extra=(), done="": calls.append((name, command))
+    )
+    monkeypatch.setattr(paper_table, "best_imitation", lambda d, names, metric: names[0])
+    monkeypatch.setattr(paper_table, "first_successes", lambda src, dst, n: None)
+    paper_table.recipe("babyai", str(tmp_path), [0], [])
+    cmd, d = dict(calls), f"{tmp_path}/babyai"
+    rl_tasks, n = paper_table.split_ids("babyai", "train"), 24 * paper_table.TASKS_PER_STEP
+    assert f"--model {d}/sft/checkpoint " in cmd["self1_policy"] and " --n-samples 4 " in cmd["self1_policy"]
+    assert f"--task-ids {','.join(map(str, rl_tasks[:n]))} " in cmd["self1_policy"]
+    assert f"--task-ids {','.join(map(str, rl_tasks[n : 2 * n]))} " in cmd["self2_policy"]
+    assert f"--model {d}/sft/checkpoint " in cmd["self1"] and f"--data {d}/self1_policy/" in cmd["self1"]
+    assert f"--model {d}/self1/checkpoint " in cmd["self2_policy"] and f"--model {d}/self1/" in cmd["self2"]
+    assert "test_self1" in cmd and "test_self2" not in cmd  # the one chosen on validation
+
+    _eval(tmp_path / "stop" / "babyai" / "self1_policy", {1: [0, 0]})  # no success: no SFT, no round 2
+    calls.clear()
+    paper_table.recipe("babyai", str(tmp_path / "stop"), [0], [])
+    assert "self1_policy" in dict(calls) and not {"self1", "self2_policy", "test_self1"} & dict(calls).keys()
+
+
+def test_the_table_gives_self_training_chosen_on_validation_and_rl_minus_it_paired(tmp_path):
+    """Two self-training rounds: the better on validation (self2) is the column's, and RL minus it is
+    paired over the test tasks (RL averaged over seeds per task), its ± counting the seeds."""
+    import paper_table
+
+    d = tmp_path / "babyai"
+    _eval(d / "val_sft", {1: [1, 0], 2: [0, 0]})
+    os.makedirs(d / "sft" / "checkpoint")
+    _eval(d / "test_sft", {10: [0], 11: [0], 12: [0]})
+    _eval(d / "val_self1", {1: [1, 0], 2: [0, 0]})
+    _eval(d / "val_self2", {1: [1, 1], 2: [1, 0]})
+    for name in ("self1", "self2"):
+        os.makedirs(d / name / "checkpoint")
+    _eval(d / "test_self2", {10: [1], 11: [1], 12: [0]})
+    _eval(d / "test_rl_s0", {10: [1], 11: [0], 12: [0]})
+    _eval(d / "test_rl_s1", {10: [1], 11: [1], 12: [0]})
+    (line,) = [x for x in paper_table.table(str(tmp_path)).splitlines() if x.startswith("| BabyAI")]
+    cells = [c.strip() for c in line.split("|")[1:-1]]
+    assert cells[8] == "self2 66.7 (75.0)"
+    # per task: (1 - 1, 0.5 - 1, 0 - 0) -> -16.7
+    assert cells[9].startswith("-16.7 ± ") and cells[9].endswith(" (3 tasks)")
