@@ -25,8 +25,8 @@ import torch  # noqa: E402
 import gigpo  # noqa: E402
 from agent import rollout  # noqa: E402
 from config import AgentConfig, load_agent  # noqa: E402
+from diagnostics.probe import GOTOLOCAL, about_mission, mission_object  # noqa: E402
 from envs import ENVS, babyai_tasks, close_pool, open_pool  # noqa: E402
-from probe import GOTOLOCAL, about_mission, mission_object  # noqa: E402
 
 METHODS = {  # name -> (omega, gamma, normaliser); omega 0 is GRPO
     "grpo": (0.0, 1.0, "exact"),

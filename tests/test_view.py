@@ -373,7 +373,7 @@ def test_training_run_with_saved_rollouts_has_curves_samples_and_before_after(br
     assert "3 shared tasks" in page.inner_text("#cmp-counts")
     page.evaluate("location.hash = '#episodes'")
     assert page.inner_text("#count") == "14 of 14 episodes"
-    # every turn of the saved rollouts shows the credit the update gave it (credit.py)
+    # every turn of the saved rollouts shows the credit the update gave it (diagnostics/credit.py)
     turns = sum(
         r["turns"]
         for step in (1, 2)
@@ -394,7 +394,7 @@ def signals_run(folder):
     """A GRPO run of 4 steps: a no-signal alarm at steps 2-4 and a non-finite step 3 (its loss NaN);
     step 2's rollouts saved with the credit the update gave each turn."""
     import grpo
-    from credit import turn_credit
+    from diagnostics.credit import turn_credit
     from eval import write_trajectories
     from tests.test_signals import credit_batch
     from train import Config
