@@ -7,7 +7,7 @@
 The loop, one step at a time (paper, section 2):
     1. horizon h = schedule(step)                                   (scaling_inter.py)
     2. rollouts: `tasks_per_step` train tasks x `group_size` samples, at most h turns each
-                                                                     (agent.py -> envs.py -> servers/)
+                                                                       (agent.py -> envs/ -> servers/)
     3. advantages from the outcome rewards                           (grpo.py / ppo.py / ...)
     4. `epochs` passes of clipped-ratio updates over minibatches     (update.py, the algorithm's loss)
     5. log to <out>/metrics.jsonl (and TensorBoard), checkpoint to <out>/checkpoint

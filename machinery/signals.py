@@ -187,7 +187,7 @@ ALARMS = {  # name -> (what went wrong, the fix to try)
     ),
     "invalid": (
         "invalid actions: replies hold no valid action (format drift)",
-        "check the prompt and the parser (envs.py), --mask-actions true, a few SFT steps (sft.py), "
+        "check the prompt and the parser (envs/tasks.py), --mask-actions true, a few SFT steps (sft.py), "
         "or raise --kl-coef",
     ),
     "cut": (
