@@ -143,10 +143,10 @@ BABYAI_HORIZON_LEVELS = [10, 11, 14]
 # PickupDistDebug, levels 5 and 20, where the mission names one of several objects (by colour and
 # type, or by one of them).
 BABYAI_MISSION_LEVELS = [5, 20]
-# A ScalingInter set where the horizon binds both ways (docs/scaling_inter/tasks.md,
-# benchmarks/horizon_tasks.py): GoToRedBlueBall, GoToSeqS5R2, UnlockLocalDist and
-# OpenRedBlueDoorsDebug, levels 9, 8, 25 and 15, whose expert solutions take a median of 1, 4, 5
-# and 7 of the server's actions (p90 3, 8, 11, 9; the set's p90 9). Short horizon 3 (the expert
+# A ScalingInter set where the horizon binds both ways (docs/scaling_inter/tasks.md):
+# GoToRedBlueBall, GoToSeqS5R2, UnlockLocalDist and OpenRedBlueDoorsDebug, levels 9, 8, 25 and
+# 15, whose expert solutions take a median of 1, 4, 5 and 7 of the server's actions (p90 3, 8,
+# 11, 9; the set's p90 9). Short horizon 3 (the expert
 # solves 42% of the set within it, none of OpenRedBlueDoorsDebug), long 18 (2x the set's p90, where
 # gains saturate: arXiv 2510.01132). Val seeds 10200-10499, test 10000-10199: 800 test tasks.
 BABYAI_BINDS_LEVELS = [9, 8, 25, 15]
