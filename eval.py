@@ -45,10 +45,10 @@ from config import (
     resolve_precision,
     set_threads,
 )
+from diagnostics.probe import binding
 from envs import ENVS, EnvPool, EnvSpec, close_pool, open_pool, server_url
 from machinery import dist
 from machinery.flags import problem
-from probe import binding
 
 
 @dataclass

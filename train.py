@@ -7,7 +7,7 @@
 The loop, one step at a time (paper, section 2):
     1. horizon h = schedule(step)                                   (scaling_inter.py)
     2. rollouts: `tasks_per_step` train tasks x `group_size` samples, at most h turns each
-                                                                     (agent.py -> envs.py -> servers/)
+                                                                       (agent.py -> envs/ -> servers/)
     3. advantages from the outcome rewards                           (grpo.py / ppo.py / ...)
     4. `epochs` passes of clipped-ratio updates over minibatches     (update.py, the algorithm's loss)
     5. log to <out>/metrics.jsonl (and TensorBoard), checkpoint to <out>/checkpoint
@@ -49,7 +49,8 @@ from algos import ALGOS
 from algos import Settings as AlgorithmSettings
 from batch import Batch, make_batch
 from config import AgentConfig, check_split, flag, parse, resolve_device, resolve_precision, set_threads
-from credit import token_rows, turn_credit, watch_ratios
+from diagnostics.credit import token_rows, turn_credit, watch_ratios
+from diagnostics.probe import collect_states, probe_tasks
 from envs import ENVS, EnvPool, EnvSpec, close_pool, open_pool, server_url
 from eval import check_task_ids, evaluate_in_training, parse_task_ids, write_trajectories
 from machinery import dist, signals
@@ -63,7 +64,6 @@ from machinery.checkpoint import (
 from machinery.metrics import log_metrics, plot_curves, progress, step_metrics, tensorboard
 from machinery.rng import seed_everything
 from machinery.timing import profile_row, timed
-from probe import collect_states, probe_tasks
 from scaling_inter import ScheduleConfig, from_config
 from update import Learner, UpdateConfig, load_learner, prepare_batch, print_on_policy_gap, update
 
@@ -73,8 +73,8 @@ MAX_FAILED_STEPS = 3  # consecutive steps whose every episode hit an environment
 @dataclass
 class Config(AgentConfig, UpdateConfig, ScheduleConfig, AlgorithmSettings, signals.Alarms):
     """Every knob of a training run: the agent's (config.py), the update's (update.py), the
-    horizon schedule's (scaling_inter.py), each algorithm's own (its file; algos.py joins them),
-    the alarms' (machinery/signals.py), and the loop's, below."""
+    horizon schedule's (scaling_inter.py), each algorithm's own (its file; algos/ joins them), the
+    alarms' (machinery/signals.py), and the loop's, below."""
 
     algo: str = flag("grpo", choices=list(ALGOS))
     """algorithm: one of algos.ALGOS (grpo, rloo, ppo, reinforce_pp, gigpo)"""
@@ -112,7 +112,7 @@ class Config(AgentConfig, UpdateConfig, ScheduleConfig, AlgorithmSettings, signa
     eval_every: int = flag(0, at_least=0)
     """also evaluate on the test split every N steps (logged as eval/success, eval/turns); 0: never"""
     probe_every: int = flag(0, at_least=0)
-    """BabyAI: log the mission-binding probe (probe.py) every N steps; 0: never"""
+    """BabyAI: log the mission-binding probe (diagnostics/probe.py) every N steps; 0: never"""
     probe_states: int = flag(100, at_least=1)
     """held-out GoToLocal tasks the probe reads"""
     save_every: int = flag(20, at_least=1)
@@ -227,7 +227,7 @@ class Run:
     train_tasks: list[int]
     test_tasks: list[int]  # the first --eval-episodes of the test split
     eval_horizon: int
-    probe: list  # the binding probe's states (probe.py); empty: no probe
+    probe: list  # the binding probe's states (diagnostics/probe.py); empty: no probe
     start: int  # the first step to run (after --resume: the checkpoint's + 1)
     history: list[dict]  # the logged steps so far: the adaptive schedule replays its decisions from them
     summary: dict  # what <out>/summary.json will hold

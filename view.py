@@ -338,7 +338,7 @@ def add_credits(eps: list[dict], rows: list[dict], algos: dict, saved_config: di
     """Each turn of one training step's episodes (`eps`, read from records `rows`) gets
     `credits`: name -> the credit algorithm `algos[name]` gives it on these same episodes
     (credit.credit_on_episodes; imported only when asked: it loads torch)."""
-    from credit import credit_on_episodes
+    from diagnostics.credit import credit_on_episodes
 
     by_algo = credit_on_episodes(rows, algos, run_config(saved_config))
     for i, e in enumerate(eps):
@@ -433,7 +433,7 @@ def main(argv=None) -> str:
         "--credit",
         default="",
         help="algorithms whose per-turn credit to compute on the saved rollout "
-        "steps, side by side, e.g. grpo,gigpo,ppo (credit.py; default: only the run's own)",
+        "steps, side by side, e.g. grpo,gigpo,ppo (diagnostics/credit.py; default: only the run's own)",
     )
     args = p.parse_args(argv)
     for path in args.inputs:

@@ -10,8 +10,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from config import AgentConfig, load_agent  # noqa: E402
+from diagnostics.probe import binding, collect_states, probe_tasks  # noqa: E402
 from envs import close_pool, open_pool  # noqa: E402
-from probe import binding, collect_states, probe_tasks  # noqa: E402
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description="The mission-binding probe of a BabyAI policy.")

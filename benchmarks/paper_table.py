@@ -4,7 +4,7 @@ in the paper's setting (free generation, AgentGym's parser, the whole conversati
 docs/paper-table.md holds the measured table and what it says.
 
 Every choice is made on a validation split, every figure reported on test tasks nothing was tuned
-on (envs.py: each environment's train / val / test):
+on (envs/tasks.py: each environment's train / val / test):
 
 - the imitation checkpoints (SFT and each DAgger round) are evaluated on validation tasks x 8
   samples; the best of them (success, or SciWorld's score) is RL's start **and the baseline**;
@@ -90,7 +90,7 @@ FREE = "--mask-actions off --context-turns 0 --max-new-tokens 64"
 # one reported evaluation (at least 100 episodes where the split has the tasks); `rl_eval` tasks
 # of val are evaluated at the start and end of each RL run.
 # SciWorld's whole tasks need 20-30 gold actions: its row is the easier slice of its four find-*
-# tasks (envs.py's find-*). TextCraft's RL draws depth-1 goals (its train split is mostly depth 2-4,
+# tasks (envs/tasks.py's find-*). TextCraft's RL draws depth-1 goals (its train split is mostly depth 2-4,
 # which 5 turns cannot craft: every group failed alike, no signal) and so do its DAgger rounds (a
 # third round on the next, deeper train goals taught nothing: docs/sft.md). WebArena has 35
 # offline tasks in all (7 validate, 7 test): its evaluations cannot reach 100 distinct episodes, so

@@ -2,9 +2,9 @@
 task set where the horizon binds both ways (AgentGym-RL, section 4 and its figures on the schedule).
 
 Every run is `train.train(Config(...))` on BabyAI's `binds-train` split (GoToRedBlueBall,
-GoToSeqS5R2, UnlockLocalDist, OpenRedBlueDoorsDebug; envs.py), whose expert solutions take 1 to 10
-of the server's actions (docs/scaling_inter/tasks.md, benchmarks/horizon_tasks.py), with the same
-algorithm (GRPO), learning rate, batch and seeds; only the horizon schedule differs:
+GoToSeqS5R2, UnlockLocalDist, OpenRedBlueDoorsDebug; envs/tasks.py), whose expert solutions take
+1 to 10 of the server's actions (docs/scaling_inter/tasks.md), with the same algorithm (GRPO),
+learning rate, batch and seeds; only the horizon schedule differs:
 
     fixed-short  h = SHORT (3: the expert solves 42% of the set within it) every step
     fixed-long   h = LONG (18: twice the set's 90th-percentile solution length) every step

@@ -201,6 +201,27 @@ def real_span(attn: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool]:
     return start, stop, contiguous
 
 
+def one_pass_only(model) -> bool:
+    """Whether `model` must run every row whole: under FSDP (a data-dependent number of collectives
+    would hang), with a sliding window (its cache keeps only the window), or under gradient
+    checkpointing (which runs without a cache)."""
+    checkpointing = model.training and getattr(model, "is_gradient_checkpointing", False)
+    return sharded(model) or sliding(model) or checkpointing
+
+
+def prompt_pass(decoder, prompts: dict[tuple, int], ids: torch.Tensor, attn: torch.Tensor):
+    """The distinct prompts (token tuple -> its index u), left-padded to (U, P), run once with a
+    cache: the decoder's output and the (U, P) attention mask."""
+    U, P = len(prompts), max(map(len, prompts))
+    p_ids = torch.zeros((U, P), dtype=ids.dtype, device=ids.device)
+    p_attn = torch.zeros((U, P), dtype=attn.dtype, device=ids.device)
+    for x, u in prompts.items():
+        p_ids[u, P - len(x) :] = torch.tensor(x, device=ids.device)
+        p_attn[u, P - len(x) :] = 1
+    out = decoder(input_ids=p_ids, attention_mask=p_attn, position_ids=position_ids(p_attn), use_cache=True)
+    return out, p_attn
+
+
 def agent_states(
     model, ids: torch.Tensor, attn: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor
 ) -> torch.Tensor:
@@ -227,23 +248,11 @@ def agent_states(
     live = rows.unique().tolist()  # the rows with agent tokens, in order
     prompts: dict[tuple, int] = {}
     which = [prompts.setdefault(tuple(ids[b, start[b] : first[b]].tolist()), len(prompts)) for b in live]
-    if (
-        len(prompts) == len(live)
-        or not contiguous
-        or () in prompts
-        or sharded(model)
-        or sliding(model)
-        or (model.training and getattr(model, "is_gradient_checkpointing", False))
-    ):
+    if len(prompts) == len(live) or not contiguous or () in prompts or one_pass_only(model):
         h = decoder(input_ids=ids, attention_mask=attn, position_ids=position_ids(attn)).last_hidden_state
         return h[rows, cols - 1]
-    U, P = len(prompts), max(map(len, prompts))
-    p_ids = torch.zeros((U, P), dtype=ids.dtype, device=ids.device)
-    p_attn = torch.zeros((U, P), dtype=attn.dtype, device=ids.device)
-    for x, u in prompts.items():
-        p_ids[u, P - len(x) :] = torch.tensor(x, device=ids.device)
-        p_attn[u, P - len(x) :] = 1
-    out = decoder(input_ids=p_ids, attention_mask=p_attn, position_ids=position_ids(p_attn), use_cache=True)
+    out, p_attn = prompt_pass(decoder, prompts, ids, attn)
+    P = p_attn.shape[1]
     which_t = torch.tensor(which, device=ids.device)
     cache = cache_rows(out.cache, which_t)  # each row's copy of its prompt's keys and values
     live_t = torch.tensor(live, device=ids.device)

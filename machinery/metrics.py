@@ -123,7 +123,7 @@ def plot_curves(metrics_path: str, png: str):
     ax[1].set_xlabel("step")
     ax[1].legend()
     signals.plot(ax[2], rows)  # machinery/signals.py: no-signal groups, echo, invalid, cut; the alarms
-    if probed:  # probe.py: mass on the mission's object vs the others, held-out GoToLocal
+    if probed:  # diagnostics/probe.py: mass on the mission's object vs the others, held-out GoToLocal
         ps = [r["step"] for r in probed]
         ax[3].plot(ps, [r["probe/p_mission"] for r in probed], marker="o", label="p(mission's object)")
         ax[3].plot(ps, [r["probe/p_other"] for r in probed], marker="o", label="p(other objects)")

@@ -9,7 +9,7 @@ step, each as one line that says what is wrong and the fix to try: train.py prin
 first time it fires (tqdm.write), logs `alarm/<name>` = 1 on every step it holds, and stops only
 under `--stop-on-alarm`; view.py draws one banner per alarm from those flags, with the same text
 (`describe`). The thresholds are `Alarms`' fields, which train.Config extends (docs/signals.md).
-The credit each turn got is credit.py's.
+The credit each turn got is diagnostics/credit.py's.
 
 The signals, per step (`signals/...`):
     flat_groups        share of groups whose rewards are all equal: GRPO gives them no advantage
@@ -187,7 +187,7 @@ ALARMS = {  # name -> (what went wrong, the fix to try)
     ),
     "invalid": (
         "invalid actions: replies hold no valid action (format drift)",
-        "check the prompt and the parser (envs.py), --mask-actions true, a few SFT steps (sft.py), "
+        "check the prompt and the parser (envs/tasks.py), --mask-actions true, a few SFT steps (sft.py), "
         "or raise --kl-coef",
     ),
     "cut": (

@@ -1,6 +1,6 @@
 """BabyAI as text: the real BabyAI levels of `minigrid`, served with the AgentGym protocol.
 
-Where it sits: `envs.py` starts this file as a subprocess (`python -m servers.babyai --port P`)
+Where it sits: `envs/process.py` starts this file as a subprocess (`python -m servers.babyai --port P`)
 and talks to it over HTTP; nothing here knows about models or torch.
 
 Task ids follow AgentGym: `data_idx` -> level `LEVELS[data_idx % 40]` (AgentGym's level 1..40)

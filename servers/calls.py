@@ -14,6 +14,7 @@ to be closed.
 import asyncio
 import contextlib
 import ctypes
+import functools
 import logging
 import queue
 import threading
@@ -141,82 +142,90 @@ def run_inline(
     return results
 
 
+def _give_up(abandoned: list[Callable[[Any], None]] | None, k: int, value) -> None:
+    """Hand what an overrun fn still returned to its `abandoned` callback, to close it."""
+    if abandoned is not None:
+        try:
+            abandoned[k](value)
+        except Exception:  # best effort after a time-out
+            log.exception("cleaning up after a timed-out call")
+
+
+def _settle(fut, ok, value):
+    if not fut.done():
+        fut.set_result((ok, value))
+
+
+def _work(fns, first, futs, lock, state, loop, abandoned) -> bool:  # True: retire this thread
+    """The worker thread's part of one round of `run_limited_many`: fns[first:] in turn, each
+    result settled on its future, until the awaiting coroutine gives up on one (`state["late"]`)."""
+    with lock:
+        state["thread"] = threading.current_thread()
+    for k in range(first, len(fns)):
+        with lock:
+            if state["late"] is not None:  # given up on before it started
+                _give_up(abandoned, k, None)
+                return True
+        try:
+            ok, value = True, fns[k]()
+        except BaseException as e:  # noqa: BLE001 - handed to the awaiting coroutine
+            ok, value = False, e
+        for _ in range(2):  # an interrupt that arrives just after fns[k] returned lands here, once
+            try:
+                with lock:
+                    state["finished"] = k
+                    late = state["late"] == k
+                if late:
+                    _give_up(abandoned, k, value if ok else None)
+                    return True
+                with contextlib.suppress(RuntimeError):  # the loop is gone (shutting down)
+                    loop.call_soon_threadsafe(_settle, futs[k], ok, value)
+                break
+            except _Interrupt:
+                continue
+    return False
+
+
+async def _await_each(futs, first: int, n: int, limit: float, lock, state, results: list) -> None:
+    """The coroutine's part of one round: each fn's result awaited for at most `limit` seconds and
+    appended to `results`; at the first overrun its thread is interrupted and the round ends."""
+    for k in range(first, n):
+        try:
+            results.append(await asyncio.wait_for(asyncio.shield(futs[k]), limit))
+        except asyncio.TimeoutError:
+            with lock:
+                late = state["finished"] < k
+                if late:
+                    state["late"] = k
+                thread = state["thread"]
+            if not late:  # it finished in the same instant: its answer is on the way
+                results.append(await futs[k])
+                continue
+            if thread is not None:  # (None: not started yet; it will see `late` and not start)
+                _interrupt(thread)
+            results.append((False, CallTimeout(f"the call did not finish within {limit:g} s")))
+            return
+
+
 async def run_limited_many(
     fns: list[Callable[[], Any]], limit: float, abandoned: list[Callable[[Any], None]] | None = None
 ) -> list[tuple[bool, Any]]:
-    """Each of `fns` in turn on one worker thread (`_Workers`), each awaited for at most `limit` seconds from
-    its start. Returns per fn (True, its
-    value) or (False, the exception it raised, or CallTimeout if it overran). An overrun fn's
-    thread is interrupted, whatever the fn still returns (None if it raised) goes to its
-    `abandoned` callback, to close it, and the fns after it go on a new thread. The awaiting
+    """Each of `fns` in turn on one worker thread (`_Workers`), each awaited for at most `limit`
+    seconds from its start. Returns per fn (True, its value) or (False, the exception it raised,
+    or CallTimeout if it overran). An overrun fn's thread is interrupted, whatever the fn still
+    returns (None if it raised) goes to its `abandoned` callback, to close it, and the fns after it
+    go on a new thread (`_work` is the thread's part, `_await_each` the coroutine's). The awaiting
     coroutine holds no thread while it waits."""
     loop = asyncio.get_running_loop()
     results: list[tuple[bool, Any]] = []
-    while len(results) < len(fns):
+    while len(results) < len(fns):  # one round per thread: a round ends at an overrun
         first = len(results)
         futs = {k: loop.create_future() for k in range(first, len(fns))}
         lock = threading.Lock()
-        state = {
-            "finished": first - 1,
-            "late": None,
-            "thread": None,
-        }  # the last fn finished; the fn given up on
-
-        def settle(fut, ok, value):
-            if not fut.done():
-                fut.set_result((ok, value))
-
-        def give_up(k, value):
-            if abandoned is not None:
-                try:
-                    abandoned[k](value)
-                except Exception:  # best effort after a time-out
-                    log.exception("cleaning up after a timed-out call")
-
-        def work(first=first, futs=futs, lock=lock, state=state) -> bool:  # True: retire this thread
-            with lock:
-                state["thread"] = threading.current_thread()
-            for k in range(first, len(fns)):
-                with lock:
-                    if state["late"] is not None:  # given up on before it started
-                        give_up(k, None)
-                        return True
-                try:
-                    ok, value = True, fns[k]()
-                except BaseException as e:  # noqa: BLE001 - handed to the awaiting coroutine
-                    ok, value = False, e
-                for _ in range(2):  # an interrupt that arrives just after fns[k] returned lands here, once
-                    try:
-                        with lock:
-                            state["finished"] = k
-                            late = state["late"] == k
-                        if late:
-                            give_up(k, value if ok else None)
-                            return True
-                        with contextlib.suppress(RuntimeError):  # the loop is gone (shutting down)
-                            loop.call_soon_threadsafe(settle, futs[k], ok, value)
-                        break
-                    except _Interrupt:
-                        continue
-            return False
-
-        WORKERS.submit(work)
-        for k in range(first, len(fns)):
-            try:
-                results.append(await asyncio.wait_for(asyncio.shield(futs[k]), limit))
-            except asyncio.TimeoutError:
-                with lock:
-                    late = state["finished"] < k
-                    if late:
-                        state["late"] = k
-                    thread = state["thread"]
-                if not late:  # it finished in the same instant: its answer is on the way
-                    results.append(await futs[k])
-                    continue
-                if thread is not None:  # (None: not started yet; it will see `late` and not start)
-                    _interrupt(thread)
-                results.append((False, CallTimeout(f"the call did not finish within {limit:g} s")))
-                break
+        # the last fn finished; the fn given up on; the thread running the round
+        state = {"finished": first - 1, "late": None, "thread": None}
+        WORKERS.submit(functools.partial(_work, fns, first, futs, lock, state, loop, abandoned))
+        await _await_each(futs, first, len(fns), limit, lock, state, results)
     return results
 
 

@@ -613,7 +613,15 @@ def build_app(
     calling `await app.state.table.call(id, method)`.
     """
     table = InstanceTable(make_env, max_instances, time_limit, inline_calls)
-    CreateArgs = create_args(make_env)
+    app = new_app(title, table)
+    add_create(app, table, create_args(make_env), create_keys, ignored_create_keys, bare_create_id)
+    add_episode_endpoints(app, table, title)
+    return app
+
+
+def new_app(title: str, table: InstanceTable) -> FastAPI:
+    """The app around `table`: its middleware, its JSON errors, `GET /`, and every instance closed
+    when the server stops."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -638,6 +646,19 @@ def build_app(
     async def hello():
         return f"This is the {title} environment server."
 
+    return app
+
+
+def add_create(
+    app: FastAPI,
+    table: InstanceTable,
+    CreateArgs: type,
+    create_keys: tuple[str, ...],
+    ignored_create_keys: tuple[str, ...],
+    bare_create_id: bool,
+) -> None:
+    """`POST /create`, its body checked against `make_env`'s signature (`CreateArgs`)."""
+
     @app.post("/create")
     async def create(request: Request, body: CreateBody | None = None):
         given = dict(body.model_extra or {}) if body is not None else {}
@@ -650,6 +671,10 @@ def build_app(
         # `id` for this project and AgentGym's BabyAI/TextCraft/SciWorld clients, `env_idx` for its
         # WebArena client, `observation` for its TextCraft client (which reads it at once).
         return {"id": i, "env_idx": i, "observation": await table.call(i, "observation")}
+
+
+def add_episode_endpoints(app: FastAPI, table: InstanceTable, title: str) -> None:
+    """An instance's episode: /reset and /step (one or a batch), /observation, /expert, /close."""
 
     # The hot paths answer a Response themselves: FastAPI then skips its generic encoder, which
     # costs more server CPU than a BabyAI or TextCraft step.
@@ -691,8 +716,6 @@ def build_app(
     async def close(body: CloseBody):
         await table.close(body.instance)
         return {"closed": body.instance}
-
-    return app
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """SciWorld: the real ScienceWorld simulator (Wang et al., 2022), served with the AgentGym protocol.
 
-Where it sits: `envs.py` starts this file as a subprocess (`python -m servers.sciworld --port P`)
+Where it sits: `envs/process.py` starts this file as a subprocess (`python -m servers.sciworld --port P`)
 and talks to it over HTTP; nothing here knows about models or torch.
 
 Each instance owns one ScienceWorld JVM (the simulator is Scala, reached through py4j). The JVM is
@@ -11,12 +11,12 @@ real by `/close`. Its heap is capped (JVM_OPTIONS) so that a long run stays near
 
 Tasks follow AgentGym: `data_idx` indexes the flat list GAMES of (task, variation) pairs, tasks in
 ScienceWorld's order without 5-1, 5-2, 9-1, 9-2, 9-3, 10-1, 10-2 (4,639 pairs). Each task's
-variations are split by ScienceWorld itself into train, then dev, then test (TASKS); `envs.py`
+variations are split by ScienceWorld itself into train, then dev, then test (TASKS); `envs/tasks.py`
 turns that into data_idx splits (`python -m servers.sciworld --splits` prints them).
 
 The reset answer carries `task_description` and, as `observation`, the answer to `look around` (the
 step AgentGym makes after loading); the agent's first observation is the two joined as AgentGym's
-client joins them (`task_description + "\n" + observation`, in `envs.py` too). Then each answer is
+client joins them (`task_description + "\n" + observation`, in `envs/__init__.py` too). Then each answer is
 ScienceWorld's own text for the action,
 including its "No known action matches that input." for an invalid one. `score` is ScienceWorld's
 score 0-100 as AgentGym reports it, except that a failed task (ScienceWorld's -100, e.g. focusing on
@@ -113,7 +113,7 @@ HARMLESS = OBSERVING + ("open door to ",)  # off the gold path, these leave noth
 
 
 def split_ranges() -> dict[str, list[tuple[int, int]]]:
-    """The data_idx of each split as [start, stop) ranges (one per task): what envs.py holds."""
+    """The data_idx of each split as [start, stop) ranges (one per task): what envs/tasks.py holds."""
     ranges: dict[str, list[tuple[int, int]]] = {"train": [], "dev": [], "test": []}
     start = 0
     for _, _, n, n_train, n_dev in TASKS:
@@ -198,7 +198,7 @@ class SciWorldEnv:
         self.history, self.carried_out, self.gold = [], [], None
         self.task_description = self._call("getTaskDescription")
         # AgentGym's first move after loading. As on AgentGym's server, `observation` is its answer
-        # alone: AgentGym's client (and envs.py) show `task_description + "\n" + observation`.
+        # alone: AgentGym's client (and envs/) show `task_description + "\n" + observation`.
         answer = self.step("look around")
         return {
             **answer,
@@ -414,7 +414,7 @@ async def detail(id: int):
 if __name__ == "__main__":
     import sys
 
-    if "--splits" in sys.argv:  # the data_idx ranges that envs.py hard-codes
+    if "--splits" in sys.argv:  # the data_idx ranges that envs/tasks.py hard-codes
         for split, ranges in split_ranges().items():
             print(f'"{split}": {ranges},')
     else:

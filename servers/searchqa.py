@@ -1,6 +1,6 @@
 """Deep Search (AgentGym's `searchqa`): answer a question by searching a corpus, Search-R1 style.
 
-Where it sits: `envs.py` starts this file as a subprocess (`python -m servers.searchqa --port P`)
+Where it sits: `envs/process.py` starts this file as a subprocess (`python -m servers.searchqa --port P`)
 and talks to it over HTTP with the AgentGym protocol (`servers/common.py`). AgentGym's Deep Search
 client has its own dialect, accepted here beside this project's: /create gets `{"id": 0}` and must
 answer a bare integer (the instance), every later call names the instance `env_idx`, and at /reset
@@ -35,7 +35,7 @@ retriever (`--retriever dense --dense-model PATH`, any sentence-embedding model 
 transformers, e.g. e5 as in the paper; mean-pooled, cosine). One retriever per process serves
 every instance. The data (`servers/searchqa_data.py`): the offline fictional encyclopedia by
 default, or real Search-R1 / FlashRAG files given by `--corpus` and `--qa` (or the SEARCHQA_*
-environment variables, which is how tests and `envs.py`, which pass only `--port`, choose them).
+environment variables, which is how tests and `envs/process.py`, which pass only `--port`, choose them).
 """
 
 import argparse

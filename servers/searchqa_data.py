@@ -177,6 +177,16 @@ def world(rng: random.Random, n_passages: int) -> World:
         }
         for _ in range(n_people)
     ]
+    orgs = relate(rng, names, people, cities, n_orgs)
+    return World(countries, cities, people, orgs)
+
+
+def relate(
+    rng: random.Random, names: "_Names", people: list[dict], cities: list[dict], n_orgs: int
+) -> list[dict]:
+    """Marry half of `people` to each other, found `n_orgs` organisations (each by a different
+    person) and give each city a mayor who founded none of them; returns the organisations."""
+    n_people, n_cities = len(people), len(cities)
     order = list(range(n_people))
     rng.shuffle(order)
     for a, b in zip(order[0 : n_people // 2 : 2], order[1 : n_people // 2 : 2]):  # half of them married
@@ -197,7 +207,7 @@ def world(rng: random.Random, n_passages: int) -> World:
         )
     for c, city in enumerate(cities):  # distinct mayors, none of them a founder
         city["mayor"] = order[n_orgs + c]
-    return World(countries, cities, people, orgs)
+    return orgs
 
 
 def passages(w: World) -> list[dict]:
@@ -252,105 +262,118 @@ def templates(w: World) -> dict[int, list[tuple]]:
     """Per hop count, the questions' (template, anchor kind, whether an anchor fits, the answer and
     path of an anchor). The anchor is the entity the question names; the path lists the passages
     the agent must read, in order."""
+    return {1: one_hop(w), 2: two_hops(w), 3: three_hops(w)}
+
+
+def one_hop(w: World) -> list[tuple]:
+    """Questions one passage answers: the anchor's own."""
     P, C, O, K = w.people, w.cities, w.orgs, w.countries
-    return {
-        1: [
-            (
-                "In which city was {} born?",
-                "person",
-                lambda p: True,
-                lambda p: (C[P[p]["city"]]["name"], [P[p]["name"]]),
+    return [
+        (
+            "In which city was {} born?",
+            "person",
+            lambda p: True,
+            lambda p: (C[P[p]["city"]]["name"], [P[p]["name"]]),
+        ),
+        (
+            "Who founded {}?",
+            "org",
+            lambda o: True,
+            lambda o: (P[O[o]["founder"]]["name"], [O[o]["name"]]),
+        ),
+        (
+            "In which country is {}?",
+            "city",
+            lambda c: True,
+            lambda c: (K[C[c]["country"]]["name"], [C[c]["name"]]),
+        ),
+        (
+            "In what year was {} founded?",
+            "org",
+            lambda o: True,
+            lambda o: (str(O[o]["year"]), [O[o]["name"]]),
+        ),
+        (
+            "Who is the mayor of {}?",
+            "city",
+            lambda c: True,
+            lambda c: (P[C[c]["mayor"]]["name"], [C[c]["name"]]),
+        ),
+    ]
+
+
+def two_hops(w: World) -> list[tuple]:
+    """Questions whose answer is in the passage of an entity the anchor's passage names."""
+    P, C, O, K = w.people, w.cities, w.orgs, w.countries
+    return [
+        (
+            "In which country was {} born?",
+            "person",
+            lambda p: True,
+            lambda p: (K[C[P[p]["city"]]["country"]]["name"], [P[p]["name"], C[P[p]["city"]]["name"]]),
+        ),
+        (
+            "In which city was the founder of {} born?",
+            "org",
+            lambda o: True,
+            lambda o: (C[P[O[o]["founder"]]["city"]]["name"], [O[o]["name"], P[O[o]["founder"]]["name"]]),
+        ),
+        (
+            "Who is the mayor of the city where {} was born?",
+            "person",
+            lambda p: True,
+            lambda p: (P[C[P[p]["city"]]["mayor"]]["name"], [P[p]["name"], C[P[p]["city"]]["name"]]),
+        ),
+        (
+            "In which country is {} headquartered?",
+            "org",
+            lambda o: True,
+            lambda o: (K[C[O[o]["city"]]["country"]]["name"], [O[o]["name"], C[O[o]["city"]]["name"]]),
+        ),
+    ]
+
+
+def three_hops(w: World) -> list[tuple]:
+    """Questions that follow two links from the anchor's passage."""
+    P, C, O, K = w.people, w.cities, w.orgs, w.countries
+    return [
+        (
+            "In which country was the founder of {} born?",
+            "org",
+            lambda o: True,
+            lambda o: (
+                K[C[P[O[o]["founder"]]["city"]]["country"]]["name"],
+                [O[o]["name"], P[O[o]["founder"]]["name"], C[P[O[o]["founder"]]["city"]]["name"]],
             ),
-            (
-                "Who founded {}?",
-                "org",
-                lambda o: True,
-                lambda o: (P[O[o]["founder"]]["name"], [O[o]["name"]]),
+        ),
+        (
+            "What is the capital of the country where {} was born?",
+            "person",
+            lambda p: True,
+            lambda p: (
+                C[K[C[P[p]["city"]]["country"]]["capital"]]["name"],
+                [P[p]["name"], C[P[p]["city"]]["name"], K[C[P[p]["city"]]["country"]]["name"]],
             ),
-            (
-                "In which country is {}?",
-                "city",
-                lambda c: True,
-                lambda c: (K[C[c]["country"]]["name"], [C[c]["name"]]),
+        ),
+        (
+            "Who is the mayor of the city where the founder of {} was born?",
+            "org",
+            lambda o: True,
+            lambda o: (
+                P[C[P[O[o]["founder"]]["city"]]["mayor"]]["name"],
+                [O[o]["name"], P[O[o]["founder"]]["name"], C[P[O[o]["founder"]]["city"]]["name"]],
             ),
-            (
-                "In what year was {} founded?",
-                "org",
-                lambda o: True,
-                lambda o: (str(O[o]["year"]), [O[o]["name"]]),
+        ),
+        (
+            "In which country was the spouse of {} born?",
+            "person",
+            lambda p: P[p]["states_marriage"],
+            lambda p: (
+                K[C[P[P[p]["spouse"]]["city"]]["country"]]["name"],
+                [P[p]["name"], P[P[p]["spouse"]]["name"], C[P[P[p]["spouse"]]["city"]]["name"]],
             ),
-            (
-                "Who is the mayor of {}?",
-                "city",
-                lambda c: True,
-                lambda c: (P[C[c]["mayor"]]["name"], [C[c]["name"]]),
-            ),
-        ],
-        2: [
-            (
-                "In which country was {} born?",
-                "person",
-                lambda p: True,
-                lambda p: (K[C[P[p]["city"]]["country"]]["name"], [P[p]["name"], C[P[p]["city"]]["name"]]),
-            ),
-            (
-                "In which city was the founder of {} born?",
-                "org",
-                lambda o: True,
-                lambda o: (C[P[O[o]["founder"]]["city"]]["name"], [O[o]["name"], P[O[o]["founder"]]["name"]]),
-            ),
-            (
-                "Who is the mayor of the city where {} was born?",
-                "person",
-                lambda p: True,
-                lambda p: (P[C[P[p]["city"]]["mayor"]]["name"], [P[p]["name"], C[P[p]["city"]]["name"]]),
-            ),
-            (
-                "In which country is {} headquartered?",
-                "org",
-                lambda o: True,
-                lambda o: (K[C[O[o]["city"]]["country"]]["name"], [O[o]["name"], C[O[o]["city"]]["name"]]),
-            ),
-        ],
-        3: [
-            (
-                "In which country was the founder of {} born?",
-                "org",
-                lambda o: True,
-                lambda o: (
-                    K[C[P[O[o]["founder"]]["city"]]["country"]]["name"],
-                    [O[o]["name"], P[O[o]["founder"]]["name"], C[P[O[o]["founder"]]["city"]]["name"]],
-                ),
-            ),
-            (
-                "What is the capital of the country where {} was born?",
-                "person",
-                lambda p: True,
-                lambda p: (
-                    C[K[C[P[p]["city"]]["country"]]["capital"]]["name"],
-                    [P[p]["name"], C[P[p]["city"]]["name"], K[C[P[p]["city"]]["country"]]["name"]],
-                ),
-            ),
-            (
-                "Who is the mayor of the city where the founder of {} was born?",
-                "org",
-                lambda o: True,
-                lambda o: (
-                    P[C[P[O[o]["founder"]]["city"]]["mayor"]]["name"],
-                    [O[o]["name"], P[O[o]["founder"]]["name"], C[P[O[o]["founder"]]["city"]]["name"]],
-                ),
-            ),
-            (
-                "In which country was the spouse of {} born?",
-                "person",
-                lambda p: P[p]["states_marriage"],
-                lambda p: (
-                    K[C[P[P[p]["spouse"]]["city"]]["country"]]["name"],
-                    [P[p]["name"], P[P[p]["spouse"]]["name"], C[P[P[p]["spouse"]]["city"]]["name"]],
-                ),
-            ),
-        ],
-    }
+        ),
+    ]
 
 
 def questions(rng: random.Random, w: World, n_questions: int, test_fraction: float) -> list[dict]:

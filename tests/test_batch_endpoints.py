@@ -1,5 +1,5 @@
 """One HTTP round trip per turn for a whole batch: `/reset_batch` and `/step_batch` (servers/common.py)
-and the pool that uses them (envs.py). Batched and per-instance requests give the same episodes;
+and the pool that uses them (envs/__init__.py). Batched and per-instance requests give the same episodes;
 the pool falls back to per-instance requests on a server without the endpoints (an AgentGym-style
 stand-in); bad batch bodies are 4xx; one failing item does not fail the batch."""
 

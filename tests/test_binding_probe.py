@@ -3,8 +3,8 @@ object read from the goal, and the split of probability mass that the figures re
 
 import pytest
 
-import probe as bp
 import tiny as tiny_policy
+from diagnostics import probe as bp
 
 OBS = (
     "You see red key 1 2 steps left, green ball 1 2 steps ahead, red ball 1 1 step ahead. In front of "

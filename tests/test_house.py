@@ -1,7 +1,8 @@
 """The house has one direction: entry points on top, concept files below them, the shared core
 below those, machinery/ at the bottom. These tests read every import in the project's own files
 (at the top or inside a function: a lazy import is still an arrow) and fail on an arrow that goes
-the wrong way; and they prove that an algorithm is one file and one line in algos.ALGOS."""
+the wrong way; and they prove that an algorithm is one file and one line in algos.ALGOS. The root
+is the reading list: entry points and concepts, few enough to read in one sitting."""
 
 import ast
 import json
@@ -11,12 +12,15 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LONGEST_FUNCTION = 60  # lines a reader can see whole (STYLE.md)
+MOST_ROOT_FILES = 15  # the root lists entry points and concepts; the rest lives in a package
+PACKAGES = ("algos", "diagnostics", "envs", "machinery", "servers")
 
 
 def project_files() -> dict[str, str]:
-    """module name -> path, for the root's modules, machinery/ and servers/."""
+    """module name -> path, for the root's modules and its packages (exercises/ sits beside the
+    house and is not read)."""
     found = {}
-    for folder in ("", "machinery", "servers"):
+    for folder in ("", *PACKAGES):
         for name in sorted(os.listdir(os.path.join(ROOT, folder))):
             if name.endswith(".py"):
                 module = name[:-3] if name != "__init__.py" else None
@@ -100,11 +104,15 @@ def test_sft_and_train_share_code_only_through_modules_both_import():
     assert "train" not in edges["eval"] and "train" not in edges["view"]
 
 
-def test_no_function_at_the_root_is_longer_than_a_reader_can_see_whole():
+def test_the_root_lists_at_most_fifteen_files():
+    root = sorted(n for n in os.listdir(ROOT) if n.endswith(".py"))
+    assert len(root) <= MOST_ROOT_FILES, root
+
+
+def test_no_function_is_longer_than_a_reader_can_see_whole():
+    """At the root, in machinery/, servers/ and the other packages (tests/ and benchmarks/ aside)."""
     long = []
     for module, path in project_files().items():
-        if "." in module:
-            continue
         for node in ast.walk(ast.parse(open(path).read())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 n = node.end_lineno - node.lineno + 1
@@ -139,12 +147,12 @@ TOY = Algorithm(advantages=advantages, loss=grpo.loss, settings=Settings, min_gr
 
 
 def test_an_algorithm_is_one_file_and_its_line_in_the_table(tmp_path):
-    """A new algorithm file plus its import and line in algos.py: its setting becomes a flag that
-    parses, checks, shows in --help and reaches the algorithm in a real training step, with no
-    other file edited (run from a folder holding toy.py and the edited algos.py, which shadows the
-    project's own)."""
+    """A new algorithm file plus its import and line in algos/__init__.py: its setting becomes a flag
+    that parses, checks, shows in --help and reaches the algorithm in a real training step, with no
+    other file edited (run from a folder holding toy.py and the edited table as algos.py, which
+    shadows the project's own)."""
     (tmp_path / "toy.py").write_text(TOY)
-    table = open(os.path.join(ROOT, "algos.py")).read()
+    table = open(os.path.join(ROOT, "algos", "__init__.py")).read()
     assert table.count("ALGOS = {\n") == 1
     table = table.replace("import gigpo\n", "import gigpo\nimport toy\n", 1)
     (tmp_path / "algos.py").write_text(table.replace("ALGOS = {\n", 'ALGOS = {\n    "toy": toy.TOY,\n', 1))

@@ -156,7 +156,7 @@ def test_a_dagger_round_past_the_end_of_its_split_revisits_its_first_tasks(tmp_p
     paper_table.recipe("textcraft", str(tmp_path), [], [])
     cmd = dict(calls)
     pool = paper_table.split_ids("textcraft", "depth1-train")
-    assert len(pool) == 75 and max(pool) < 125  # the depth-1 goals (envs.py)
+    assert len(pool) == 75 and max(pool) < 125  # the depth-1 goals (envs/tasks.py)
     assert f"--task-ids {','.join(map(str, pool[60:] + pool[:5]))} " in cmd["dagger2_policy"]
     assert f"--task-ids {','.join(map(str, pool[5:] + pool[:5]))} " in cmd["dagger3_policy"]
 

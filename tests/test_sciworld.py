@@ -44,7 +44,7 @@ def rss_mb(pid: int) -> float:
 
 
 def test_task_table_is_scienceworlds(reference):
-    """TASKS (and so GAMES and envs.py's splits) match the jar: AgentGym's task order and
+    """TASKS (and so GAMES and envs/tasks.py's splits) match the jar: AgentGym's task order and
     exclusions, each task's variation count, and its train/dev/test variation lists."""
     included = [(tid, name) for tid, name in reference.tasks.items() if tid not in EXCLUDED]
     assert [(tid, name) for tid, name, *_ in TASKS] == included

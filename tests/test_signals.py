@@ -18,7 +18,7 @@ from agent import Trajectory
 from algorithm import Algorithm
 from algos import ALGOS
 from batch import Row, make_batch, token_logprobs
-from credit import credit_on_episodes, turn_credit
+from diagnostics.credit import credit_on_episodes, turn_credit
 from eval import write_trajectories
 from machinery import signals
 from train import Config

@@ -195,7 +195,7 @@ def test_splits_are_disjoint_and_match_the_depths():
     spec = ENVS["textcraft"]
     assert len(T.GOALS) == 544
     depth_ranges = {1: range(0, 125), 2: range(125, 416), 3: range(416, 533), 4: range(533, 544)}
-    for depth, ids in depth_ranges.items():  # the ranges written in envs.py
+    for depth, ids in depth_ranges.items():  # the ranges written in envs/tasks.py
         assert {T.DEPTH[T.GOALS[i]] for i in ids} == {depth}
     parts = ("train", "val", "test")  # disjoint: tests/test_babyai.py checks every environment
     assert sorted(sum((spec.splits[p] for p in parts), [])) == list(range(544))

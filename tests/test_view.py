@@ -374,7 +374,7 @@ def test_training_run_with_saved_rollouts_has_curves_samples_and_before_after(br
     assert "3 shared tasks" in page.inner_text("#cmp-counts")
     page.evaluate("location.hash = '#episodes'")
     assert page.inner_text("#count") == "14 of 14 episodes"
-    # every turn of the saved rollouts shows the credit the update gave it (credit.py)
+    # every turn of the saved rollouts shows the credit the update gave it (diagnostics/credit.py)
     turns = sum(
         r["turns"]
         for step in (1, 2)
@@ -401,7 +401,7 @@ def signals_run(folder):
     """A GRPO run of 4 steps: a no-signal alarm at steps 2-4 and a non-finite step 3 (its loss NaN);
     step 2's rollouts saved with the credit the update gave each turn."""
     import grpo
-    from credit import turn_credit
+    from diagnostics.credit import turn_credit
     from eval import write_trajectories
     from tests.test_signals import credit_batch
     from train import Config
@@ -544,7 +544,7 @@ def watched_batch():
     of every row through a watched loss whose new log-probs move each agent token by 0.5 * sign,
     so that some ratios leave [0.8, 1.2]. Watching changes nothing in the loss."""
     import grpo
-    from credit import watch_ratios
+    from diagnostics.credit import watch_ratios
     from tests.test_signals import credit_batch
     from train import Config
 
@@ -564,7 +564,7 @@ def watched_batch():
 
 
 def test_the_watched_loss_records_each_rows_ratio_and_the_token_rows_line_up_with_the_batch():
-    from credit import token_rows
+    from diagnostics.credit import token_rows
 
     trajs, batch, seen, step, cfg = watched_batch()
     assert sorted(seen) == sorted(zip(batch.traj.tolist(), batch.turn.tolist()))
@@ -590,7 +590,7 @@ def test_the_watched_loss_records_each_rows_ratio_and_the_token_rows_line_up_wit
 
 def test_the_token_inspector_shows_every_token_its_mask_the_outcome_and_where_the_clip_bit(browser, tmp_path):
     import grpo
-    from credit import token_rows, turn_credit
+    from diagnostics.credit import token_rows, turn_credit
     from eval import write_trajectories
 
     trajs, batch, seen, step, cfg = watched_batch()

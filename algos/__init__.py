@@ -7,6 +7,10 @@ advantages on saved episodes. `Settings` is every algorithm's own knobs joined i
 Adding an algorithm: write `my_algo.py` that builds an `Algorithm` (its advantages, its loss, and
 a `Settings` dataclass for its own knobs, if any), then import it here and give it its line below.
 No other file changes (tests/test_house.py adds one this way).
+
+Why a folder of one file: the table imports every algorithm file and each of them imports
+`algorithm.py`, so the table cannot sit inside the interface without an import circle; as
+`algos/` it stays off the root's reading list of concepts and is still imported as `algos`.
 """
 
 import gigpo
