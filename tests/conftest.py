@@ -38,10 +38,8 @@ def fresh_accelerate():
 
 
 @pytest.fixture(scope="session")
-def tiny_path(tmp_path_factory):
-    """A small tiny policy for BabyAI (a short warm-up), built once and only read by the tests."""
-    from tiny import build_tiny_policy
+def tiny_path():
+    """The tiny policy for BabyAI, as shipped (policies/tiny-babyai-v2); the tests only read it."""
+    from tiny import tiny_policy_path
 
-    path = str(tmp_path_factory.mktemp("tiny"))
-    build_tiny_policy("babyai", path, warmup_steps=5, episodes=40)
-    return path
+    return tiny_policy_path("babyai")

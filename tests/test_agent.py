@@ -191,7 +191,7 @@ def test_a_profiled_rollout_is_the_same_rollout_and_times_every_part(tiny_path, 
 
 
 def test_building_the_tiny_policy_leaves_the_callers_random_stream_as_it_was(tmp_path):
-    """A first run builds the tiny policy, a later one loads it: both must sample the same."""
+    """A build in the caller's process (a test's own small policy) must not change what it samples next."""
     torch.manual_seed(11)
     expected = torch.rand(3)
     torch.manual_seed(11)
