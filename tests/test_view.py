@@ -227,6 +227,7 @@ def test_report_in_chromium_table_filter_episode_view(browser, tmp_path):
     page.fill("#f-text", "fly away")
     assert page.inner_text("#count") == "1 of 5 episodes"
     page.click("#episodes tbody tr")  # the refused one
+    page.wait_for_selector("#episode-view", state="visible")  # the hash routes it, a task later
     assert page.is_visible("#episode-view") and not page.is_visible("#episodes-view")
     assert page.locator(".turn").count() == 2
     assert page.locator(".turn mark").all_inner_texts() == ["turn left", "fly away"]
@@ -335,6 +336,7 @@ def test_eval_with_render_records_a_frame_per_observation_and_writes_its_report(
     page.evaluate("location.hash = '#episodes'")
     assert page.inner_text("#count") == "4 of 4 episodes"
     page.click("#episodes tbody tr")
+    page.wait_for_selector("#episode-view", state="visible")  # the hash routes it, a task later
     assert page.locator(".turn").count() == lines[0]["turns"]
     assert page.locator(".turn img").count() == lines[0]["turns"] + 1  # before each turn, after the last
     assert page.evaluate("document.querySelector('.turn img').naturalWidth") > 0
