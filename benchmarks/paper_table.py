@@ -455,7 +455,8 @@ def row(env: str, root: str) -> dict | None:
     chosen = best_imitation(d, selfs, metric) if selfs else None  # self-training's round, on validation
     test = {n: per_task(os.path.join(d, f"test_{n}"), metric) for n in ["base", *imitation, *seeds, chosen]
             if n and summary_of(d, f"test_{n}")}  # fmt: skip
-    rivals = [test[n] for n in seeds]
+    rl_by_task = [test[n] for n in seeds]  # each seed's per-task figures
+    tested = chosen in test  # self-training's chosen round has its test evaluation
     val = {n: per_task(os.path.join(d, f"val_{n}"), metric) for n in imitation}
     head = summary_of(d, f"val_{best}")["pass_at_k"]
     times_path = os.path.join(d, "times.json")
@@ -471,18 +472,18 @@ def row(env: str, root: str) -> dict | None:
         headroom=(head.get("1"), head.get("8")),
         rl=[mean_of(test[n]) for n in seeds],
         rl_val=[mean_of(per_task(os.path.join(d, f"val_{n}"), metric)) for n in rl_runs(d, "val")],
-        gain=paired_gain(rivals, test[best]),
-        gain_se_seeds=seeds_aware_se(rivals, test[best]),
+        gain=paired_gain(rl_by_task, test[best]),
+        gain_se_seeds=seeds_aware_se(rl_by_task, test[best]),
         # self-training (the round chosen on validation): its test and val figures, RL minus it
         self_training=(
             chosen,
             mean_of(test[chosen]),
             mean_of(per_task(os.path.join(d, f"val_{chosen}"), metric)),
         )
-        if chosen in test
+        if tested
         else None,
-        over_self=(paired_gain(rivals, test[chosen]), seeds_aware_se(rivals, test[chosen]))
-        if chosen in test
+        over_self=(paired_gain(rl_by_task, test[chosen]), seeds_aware_se(rl_by_task, test[chosen]))
+        if tested
         else None,
         valid=(  # (valid, replies): the best imitation checkpoint's, then the RL seeds' summed
             valid_share(os.path.join(d, f"test_{best}", "trajectories.jsonl")),
