@@ -91,9 +91,9 @@ class Settings:
     dynamic_sampling: bool = False
     """drop groups whose rewards are all equal (no GRPO signal) and roll out more groups to refill the batch
     (DAPO's dynamic sampling)"""
-    dynamic_max_rounds: int = flag(3, at_least=1)
+    dynamic_max_rounds: int = flag(3, at_least=0)
     """dynamic sampling: extra rollouts per step at most; then train on what was kept (logged as
-    dynamic/rounds)"""
+    dynamic/rounds); 0: no extra rollout, the step trains on its groups with a spread only"""
     overlong_filter: bool = False
     """leave episodes with a reply cut at --max-new-tokens out of the loss (DAPO's overlong filtering; their
     reward still counts in the group's baseline)"""

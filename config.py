@@ -10,6 +10,7 @@ count and `--mixed-precision auto`, resolved the same way for every entry point.
 
 import os
 import re
+import time
 from dataclasses import dataclass
 
 from envs import ENVS
@@ -79,8 +80,8 @@ class AgentConfig:
     context_turns: int | None = flag(None, at_least=0)
     """turns of history the agent sees, 0: the whole conversation; auto: 1 for tiny, 0 for real models"""
     threads: int = flag(0, at_least=0)
-    """torch CPU threads; 0: 1 for the tiny policy on a CPU, every core for a real model or a GPU
-    (set_threads; on a busy machine 1 is faster: docs/speed_smollm2.md)"""
+    """torch CPU threads; 0: for the tiny policy on a CPU one per idle core, at most 2; every core for a
+    real model or a GPU (set_threads; on a busy machine 1 is faster: docs/speed_smollm2.md)"""
     generation_dtype: str = flag("auto", choices=("auto", "", "float32", "bfloat16", "float16"))
     """rollouts sample from a copy of the policy in this dtype, LoRA merged in (agent.generation_model;
     changes the log-probs by its rounding); empty: the policy itself; auto: on a CPU under
@@ -151,19 +152,44 @@ def resolve_device(device: str) -> str:
 
 
 def set_threads(cfg: AgentConfig, device: str) -> int:
-    """Set torch's intra-op threads from `cfg.threads` and return it. 0: one thread for the tiny
-    policy on a CPU (its matrices are so small that a second OpenMP thread costs more in
-    synchronisation than it saves; docs/speed.md), torch's default (every core) for a real model
-    or a GPU: on an idle 2-core machine SmolLM2's matmuls ran 1.4x (16 rows, a decode step) to 1.6x
-    (2048 rows, the update) faster on 2 threads than on 1 (benchmarks/matmul_peak.py,
-    docs/speed_smollm2.md). On a machine other jobs keep busy, `--threads 1` is faster."""
+    """Set torch's intra-op threads from `cfg.threads` and return it. 0: for the tiny policy on a
+    CPU, one thread per idle core, at most 2; torch's default (every core) for a real model or a
+    GPU. The tiny policy's demo step took 1.10 s on 2 threads against 1.57 s on 1 on an idle 2-core
+    machine, but with one other busy process beside it 2 threads were 1.8x slower than 1 (OpenMP
+    threads waiting on each other for its small matrices; docs/speed.md): hence idle cores, not
+    cores. SmolLM2's matmuls ran 1.4x (16 rows, a decode step) to 1.6x (2048 rows, the update)
+    faster on 2 threads than on 1 (benchmarks/matmul_peak.py, docs/speed_smollm2.md). On a
+    machine other jobs keep busy, `--threads 1` is faster."""
     import torch
 
     if not _DEFAULT_THREADS:
         _DEFAULT_THREADS.append(torch.get_num_threads())  # torch's own, before anything set it
-    n = cfg.threads or (1 if device == "cpu" and is_tiny_model(cfg.model) else _DEFAULT_THREADS[0])
+    tiny_cpu = device == "cpu" and is_tiny_model(cfg.model)
+    n = cfg.threads or (min(2, idle_cores()) if tiny_cpu else _DEFAULT_THREADS[0])
     torch.set_num_threads(n)
     return n
+
+
+def idle_cores(sample_s: float = 0.1) -> int:
+    """The cores this process may run on that nothing else is using now (at least 1): on Linux the
+    idle share of every core's time over `sample_s` seconds (/proc/stat; this process sleeps
+    meanwhile), elsewhere the cores minus the 1-minute load average (which lags: a run just
+    finished still counts for a minute)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        total, idle = _cpu_times()
+        time.sleep(sample_s)
+        total2, idle2 = _cpu_times()
+    except OSError:
+        return max(1, cores - round(os.getloadavg()[0]))
+    return max(1, min(cores, round(cores * (idle2 - idle) / max(1, total2 - total))))
+
+
+def _cpu_times() -> tuple[int, int]:
+    """(all, idle) CPU time since boot, every core together, in clock ticks (Linux's /proc/stat)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:9]]  # user nice system idle iowait irq softirq steal
+    return sum(ticks), ticks[3] + ticks[4]
 
 
 _DEFAULT_THREADS: list[int] = []

@@ -430,7 +430,7 @@ def trainable_policy(cfg: Config, device) -> Policy:
     if cfg.lora_rank and not lora.has_adapters(policy.model):
         policy.model = lora.add_adapters(policy.model, cfg.lora_rank, cfg.lora_alpha)
     if cfg.gradient_checkpointing:
-        policy.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        policy.model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     return policy
 
 

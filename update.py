@@ -128,7 +128,7 @@ def load_models(cfg, accelerator, saved: dict | None):
     disable_dropout(policy.model)  # the update's train mode must score like the rollout's eval mode
     policy.model.get_output_embeddings().float()  # (the head stays float32: logprobs.fp32_head)
     if cfg.gradient_checkpointing:  # active in train mode only: generation keeps its KV cache
-        policy.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        policy.model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     ref_path = saved["ref_path"] if saved else policy.path
     ref_model = None
     # LoRA's reference is the base with the adapters off, unless the run started from adapters (an SFT

@@ -98,7 +98,7 @@ def one_case(model_name: str, path: str, T: int, device: str = "cpu", bf16: bool
     ref = copy.deepcopy(policy).eval().requires_grad_(False)
     autocast = (lambda: torch.autocast(device, dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
     if path == "after+ckpt":
-        policy.gradient_checkpointing_enable()
+        policy.activation_checkpointing_enable()
     policy.train()
     opt = torch.optim.AdamW(policy.parameters(), lr=1e-6)
     V = policy.config.vocab_size

@@ -205,7 +205,7 @@ def one_pass_only(model) -> bool:
     """Whether `model` must run every row whole: under FSDP (a data-dependent number of collectives
     would hang), with a sliding window (its cache keeps only the window), or under gradient
     checkpointing (which runs without a cache)."""
-    checkpointing = model.training and getattr(model, "is_gradient_checkpointing", False)
+    checkpointing = model.training and getattr(model, "is_activation_checkpointing", False)
     return sharded(model) or sliding(model) or checkpointing
 
 

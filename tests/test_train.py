@@ -2,6 +2,7 @@
 
 import json
 import os
+from unittest import mock
 
 import psutil
 import pytest
@@ -64,6 +65,30 @@ def servers_running() -> set[int]:
     }
 
 
+def test_threads_are_the_idle_cores_for_the_tiny_policy_and_every_core_for_a_real_model():
+    before = torch.get_num_threads()
+    try:  # --threads 0 on a CPU: the tiny policy takes the idle cores, at most 2
+        with mock.patch.object(config, "idle_cores", return_value=1):
+            assert set_threads(AgentConfig(), "cpu") == 1
+        with mock.patch.object(config, "idle_cores", return_value=6):
+            assert set_threads(AgentConfig(), "cpu") == 2 == torch.get_num_threads()
+        cores = set_threads(AgentConfig(model="smollm2", threads=0), "cpu")  # torch's own default
+        assert cores == config._DEFAULT_THREADS[0] and set_threads(AgentConfig(threads=3), "cpu") == 3
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_idle_cores_reads_the_idle_share_of_the_cpu_time():
+    # /proc/stat's (all, idle) ticks before and after the sample: half the time idle on 2 cores is one
+    # idle core; all of it, two; none, still one (a run always gets a thread)
+    with mock.patch.object(config.os, "sched_getaffinity", return_value={0, 1}):
+        for ticks, want in [((1000, 450), 1), ((1000, 500), 2), ((1000, 400), 1)]:
+            with mock.patch.object(config, "_cpu_times", side_effect=[(900, 400), ticks]):
+                assert config.idle_cores(sample_s=0) == want
+    total, idle = config._cpu_times()  # the real file: idle time is part of all of it
+    assert 0 <= idle <= total
+
+
 def test_a_short_training_run_completes_and_leaves_no_server(tmp_path):
     before = servers_running()
     profile = []
@@ -72,11 +97,6 @@ def test_a_short_training_run_completes_and_leaves_no_server(tmp_path):
     for step in (1, 2):
         rows = [json.loads(x) for x in open(tmp_path / "rollouts" / f"step_{step:06d}.jsonl")]
         assert {r["task"] for r in rows} == {5, 7}
-    # --threads 0 on a CPU: one torch thread for the tiny policy, every core for a real model
-    assert torch.get_num_threads() == 1
-    cores = set_threads(AgentConfig(model="smollm2", threads=0), "cpu")
-    assert cores == config._DEFAULT_THREADS[0] and set_threads(AgentConfig(threads=3), "cpu") == 3
-    set_threads(AgentConfig(), "cpu")
     # the profile: one dict per step, its sections inside the step
     assert [p["step"] for p in profile] == [1, 2]
     assert all(p["rollout"] + p["forward_backward"] + p["optimizer"] <= p["total"] for p in profile)
