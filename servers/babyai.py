@@ -160,6 +160,16 @@ def bound_generation(env: gym.Env) -> gym.Env:
     return env
 
 
+def text_only(env: gym.Env) -> gym.Env:
+    """Leave out minigrid's image observation, which this server never reads (it describes the view
+    itself, `visible_objects`, and reads only the mission): minigrid built it after every primitive
+    step, and a "go to" is several; it was half the server's time. (Its env checker, which would
+    reject the image-less observation, is off: `gym.make(..., disable_env_checker=True)`.)"""
+    u = env.unwrapped
+    u.gen_obs = lambda: {"mission": u.mission, "direction": u.agent_dir}
+    return env
+
+
 def normalise(action: str) -> str:
     """Lower case, only [a-z0-9, ] kept, spaces collapsed (what AgentGym's client sends)."""
     return " ".join(re.sub(r"[^a-z0-9, ]", " ", action.lower()).split())
@@ -194,7 +204,7 @@ class BabyAIText:
             raise EnvError(f"data_idx must be a non-negative integer, got {data_idx!r}")
         level, seed = task_of(data_idx)
         if level not in self.levels:
-            self.levels[level] = bound_generation(gym.make(level))
+            self.levels[level] = text_only(bound_generation(gym.make(level, disable_env_checker=True)))
         self.env = self.levels[level]
         self.env.unwrapped._gen.update(attempts=0, start=time.monotonic())
         try:
@@ -327,8 +337,9 @@ class BabyAIText:
         acts: dict[str, list[int]] = {"turn left": [LEFT], "turn right": [RIGHT]}
         if front is None or front.can_overlap():
             acts["move forward"] = [FORWARD]
+        paths = self.paths_to_face({o["pos"] for o in objects})
         for o in objects:
-            path = self.path_to_face(o["pos"])
+            path = paths.get(o["pos"])
             if path is None:
                 continue
             if o["obj"].type == "door":
@@ -350,21 +361,24 @@ class BabyAIText:
         acts[CHECK] = []
         return acts
 
-    def path_to_face(self, target: tuple[int, int]) -> list[int] | None:
-        """Shortest list of turns and forward moves after which the agent faces `target`."""
+    def paths_to_face(self, targets: set[tuple[int, int]]) -> dict[tuple[int, int], list[int]]:
+        """For each target cell, the shortest list of turns and forward moves after which the agent
+        faces it: one breadth-first search over (x, y, direction) for all of them (an unreachable
+        target is left out). A path is the one a search for its target alone would find: the search
+        visits the states in the same order, and a state's parent is fixed when it is first seen."""
         u = self.env.unwrapped
         start = (int(u.agent_pos[0]), int(u.agent_pos[1]), int(u.agent_dir))
         parents = {start: None}
-        queue = deque([start])
-        while queue:
+        queue, found = deque([start]), {}
+        while queue and len(found) < len(targets):
             x, y, d = state = queue.popleft()
-            if (x + DIRS[d][0], y + DIRS[d][1]) == target:
-                path = []
-                while parents[state] is not None:
-                    state, act = parents[state]
-                    path.append(act)
-                return path[::-1]
             nx, ny = x + DIRS[d][0], y + DIRS[d][1]
+            if (nx, ny) in targets and (nx, ny) not in found:
+                path, back = [], state
+                while parents[back] is not None:
+                    back, act = parents[back]
+                    path.append(act)
+                found[(nx, ny)] = path[::-1]
             cell = u.grid.get(nx, ny) if 0 <= nx < u.width and 0 <= ny < u.height else None
             moves = [((x, y, (d - 1) % 4), LEFT), ((x, y, (d + 1) % 4), RIGHT)]
             if 0 <= nx < u.width and 0 <= ny < u.height and (cell is None or cell.can_overlap()):
@@ -373,7 +387,7 @@ class BabyAIText:
                 if nxt not in parents:
                     parents[nxt] = (state, act)
                     queue.append(nxt)
-        return None
+        return found
 
     # --- the expert (POST /expert: the trainer's, never the agent's) ----------------------
 

@@ -1,14 +1,17 @@
 """The BabyAI server over real HTTP: the protocol, the high-level actions, bad input."""
 
 import os
+import random
 import signal
 import time
+from collections import deque
 
 import pytest
 import requests
 
 from envs import ENVS, EnvClient, EnvPool, EnvServer
-from servers.babyai import LEVELS, task_of
+from servers import babyai
+from servers.babyai import DIRS, FORWARD, LEFT, LEVELS, RIGHT, BabyAIText, task_of
 
 
 @pytest.fixture(scope="module")
@@ -21,6 +24,56 @@ def test_data_idx_maps_to_level_and_seed_as_agentgym():
     assert task_of(41) == ("BabyAI-GoToRedBall-v0", 1)
     assert task_of(39) == ("BabyAI-BossLevelNoUnlock-v0", 0)
     assert len(LEVELS) == 40
+
+
+def one_search_per_target(game, targets):
+    """The planner as it was: a breadth-first search of its own for each target."""
+    u = game.env.unwrapped
+    found = {}
+    for target in targets:
+        start = (int(u.agent_pos[0]), int(u.agent_pos[1]), int(u.agent_dir))
+        parents, queue = {start: None}, deque([start])
+        while queue:
+            x, y, d = state = queue.popleft()
+            nx, ny = x + DIRS[d][0], y + DIRS[d][1]
+            if (nx, ny) == target:
+                path = []
+                while parents[state] is not None:
+                    state, act = parents[state]
+                    path.append(act)
+                found[target] = path[::-1]
+                break
+            cell = u.grid.get(nx, ny) if 0 <= nx < u.width and 0 <= ny < u.height else None
+            moves = [((x, y, (d - 1) % 4), LEFT), ((x, y, (d + 1) % 4), RIGHT)]
+            if 0 <= nx < u.width and 0 <= ny < u.height and (cell is None or cell.can_overlap()):
+                moves.append(((nx, ny, d), FORWARD))
+            for nxt, act in moves:
+                if nxt not in parents:
+                    parents[nxt] = (state, act)
+                    queue.append(nxt)
+    return found
+
+
+def test_the_speed_ups_change_no_answer(monkeypatch):
+    """minigrid's image observation left out (`text_only`) and one search for every object's path
+    (`paths_to_face`) give the answers of minigrid's full observation and one search per object,
+    on every level, through random play (the expert's advice on a quarter of them)."""
+    rng, played = random.Random(0), []
+    fast = BabyAIText()
+    for data_idx in range(40):  # one task of each level
+        answers, actions = [fast.reset(data_idx)], []
+        for turn in range(6):
+            actions.append(rng.choice(list(fast.actions) + ["not an action"]))
+            answers += [fast.step(actions[-1])] + ([fast.expert()] if turn == 2 and data_idx % 4 == 1 else [])
+        played.append((data_idx, actions, answers))
+    monkeypatch.setattr(babyai, "text_only", lambda env: env)
+    monkeypatch.setattr(BabyAIText, "paths_to_face", one_search_per_target)
+    slow = BabyAIText()
+    for data_idx, actions, answers in played:
+        again = [slow.reset(data_idx)]
+        for turn, action in enumerate(actions):
+            again += [slow.step(action)] + ([slow.expert()] if turn == 2 and data_idx % 4 == 1 else [])
+        assert again == answers
 
 
 def test_create_reset_step_observation_close(server):
