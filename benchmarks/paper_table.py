@@ -95,11 +95,11 @@ FREE = "--mask-actions off --context-turns 0 --max-new-tokens 64"
 # third round on the next, deeper train goals taught nothing: docs/sft.md). WebArena has 35
 # offline tasks in all (7 validate, 7 test): its evaluations cannot reach 100 distinct episodes, so
 # its test takes 15 samples a task (105 episodes; validation 8, for the pass@8 every row reports).
-# The test sizes below were fixed on 2026-12-06, before any episode on them, to tell a gain of 10
-# points from one of 5 (issue 65): 300 episodes a row, distinct tasks where the split has them
-# (BabyAI's and Deep Search's tasks 300-599 of their test splits, `test_from`: the earlier rows
-# tested the first 100; SciWorld's 300 find-test tasks), more samples a task where it has few
-# (TextCraft 25 x 12; WebArena 7 x 30, its whole offline test). Never enlarged after a result.
+# The test sizes below were fixed before any episode on them, to tell a gain of 10 points from one
+# of 5: 300 episodes a row, distinct tasks where the split has them (BabyAI's and Deep Search's
+# tasks 300-599 of their test splits, `test_from`, which no run has seen; SciWorld's 300 find-test
+# tasks), more samples a task where it has few (TextCraft 25 x 12; WebArena 7 x 30, its whole
+# offline test). Never enlarged after a result (docs/paper-table.md, the recipe's step 7).
 # BabyAI's 24 RL steps were chosen on validation over 8 (--compare, docs/paper-table.md); TextCraft's
 # 24 were not (its 8 kept), nor its RL on the goals SFT solves sometimes (`pick`: --pick N), nor
 # demonstrations and RL on disjoint goals (`disjoint`: --disjoint).

@@ -162,9 +162,10 @@ def bound_generation(env: gym.Env) -> gym.Env:
 
 def text_only(env: gym.Env) -> gym.Env:
     """Leave out minigrid's image observation, which this server never reads (it describes the view
-    itself, `visible_objects`, and reads only the mission): minigrid built it after every primitive
-    step, and a "go to" is several; it was half the server's time. (Its env checker, which would
-    reject the image-less observation, is off: `gym.make(..., disable_env_checker=True)`.)"""
+    itself, `visible_objects`, and reads only the mission): minigrid builds it after every primitive
+    step, a "go to" is several, and that is half the server's time. The env checker, which would
+    reject the image-less observation, is off (`gym.make(..., disable_env_checker=True)`);
+    tests/test_babyai.py checks every answer against minigrid's full observation."""
     u = env.unwrapped
     u.gen_obs = lambda: {"mission": u.mission, "direction": u.agent_dir}
     return env
