@@ -300,7 +300,7 @@ def recipe(
     # the test episodes, once per checkpoint, the same for all of them; the base model last (it
     # rarely ends an episode, so it takes longest): a row stopped midway has its comparison first
     chosen = [best_imitation(d, selfs, metric_of(env))] if selfs else []  # self-training's, on validation
-    tests = split_ids(env, test)[r.get("test_from", 0) :]  # the test tasks fixed in RECIPES
+    tests = split_ids(env, test)[r["test_from"] :] if r.get("test_from") else test  # fixed in RECIPES
     for name in imitation + chosen:
         evaluate(f"test_{name}", f"{d}/{name}/checkpoint", tests, r["test"])
     for seed in seeds:

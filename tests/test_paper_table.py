@@ -128,8 +128,8 @@ def test_dagger_rounds_take_the_next_train_tasks_and_train_on_every_rounds_label
     assert all(f"--model {d}/{n}/checkpoint {val}" in cmd[f"val_{n}"] for n in ("sft", "sft2", "sft3"))
     rl_val = "--env textcraft --split depth1-val --limit 25 --n-samples 4 --seed 1 --horizon 5 "
     assert f"--model {d}/rl_s0/checkpoint {rl_val}" in cmd["val_rl_s0"]
-    # every checkpoint of the row on the same 25 x 4 test episodes
-    test = "--env textcraft --split depth1-test --limit 25 --n-samples 4 --seed 1 --horizon 5 "
+    # every checkpoint of the row on the same 25 x 12 test episodes (RECIPES fixes them in advance)
+    test = "--env textcraft --split depth1-test --limit 25 --n-samples 12 --seed 1 --horizon 5 "
     for name, model in [
         ("base", "smollm2"),
         ("sft", f"{d}/sft/checkpoint"),
@@ -341,6 +341,9 @@ def test_any_model_runs_the_same_protocol_with_its_memory_flags_and_its_own_root
         assert paper_table.REAL_MODEL_FLAGS in row[name] and paper_table.REAL_MODEL_FLAGS not in default[name]
     assert "--lr 1e-4" in default["sft"] and "--lr" not in row["sft"]  # sft.py's real-model default
     assert "--model smollm2 " in default["sft"] and "eval.py --model smollm2 " in default["test_base"]
+    # BabyAI's test: the 300 test tasks from the 300th on (no earlier row saw them), one sample each
+    fresh = paper_table.ids_of(paper_table.split_ids("babyai", "test")[300:])
+    assert f"--task-ids {fresh} --n-samples 1 " in default["test_base"] and len(fresh.split(",")) == 300
     assert (
         f"runs/paper-{os.path.basename(smol)}/babyai/" in row["rl_s0"]
         and "runs/paper/babyai/" in default["rl_s0"]
