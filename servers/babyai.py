@@ -171,6 +171,29 @@ def text_only(env: gym.Env) -> gym.Env:
     return env
 
 
+def moves(u, state: tuple[int, int, int]) -> list[tuple[tuple[int, int, int], int]]:
+    """(next state, primitive) from `state` = (x, y, direction) in the unwrapped level `u`: turn
+    left, turn right, and forward when the cell ahead is inside the grid and can be entered."""
+    x, y, d = state
+    nx, ny = x + DIRS[d][0], y + DIRS[d][1]
+    out = [((x, y, (d - 1) % 4), LEFT), ((x, y, (d + 1) % 4), RIGHT)]
+    if 0 <= nx < u.width and 0 <= ny < u.height:
+        cell = u.grid.get(nx, ny)
+        if cell is None or cell.can_overlap():
+            out.append(((nx, ny, d), FORWARD))
+    return out
+
+
+def path_to(parents: dict, state) -> list[int]:
+    """The primitives from the search's start to `state`, read back through `parents`
+    (state -> (previous state, primitive), the start -> None)."""
+    path = []
+    while parents[state] is not None:
+        state, act = parents[state]
+        path.append(act)
+    return path[::-1]
+
+
 def normalise(action: str) -> str:
     """Lower case, only [a-z0-9, ] kept, spaces collapsed (what AgentGym's client sends)."""
     return " ".join(re.sub(r"[^a-z0-9, ]", " ", action.lower()).split())
@@ -373,18 +396,10 @@ class BabyAIText:
         queue, found = deque([start]), {}
         while queue and len(found) < len(targets):
             x, y, d = state = queue.popleft()
-            nx, ny = x + DIRS[d][0], y + DIRS[d][1]
-            if (nx, ny) in targets and (nx, ny) not in found:
-                path, back = [], state
-                while parents[back] is not None:
-                    back, act = parents[back]
-                    path.append(act)
-                found[(nx, ny)] = path[::-1]
-            cell = u.grid.get(nx, ny) if 0 <= nx < u.width and 0 <= ny < u.height else None
-            moves = [((x, y, (d - 1) % 4), LEFT), ((x, y, (d + 1) % 4), RIGHT)]
-            if 0 <= nx < u.width and 0 <= ny < u.height and (cell is None or cell.can_overlap()):
-                moves.append(((nx, ny, d), FORWARD))
-            for nxt, act in moves:
+            ahead = (x + DIRS[d][0], y + DIRS[d][1])
+            if ahead in targets and ahead not in found:
+                found[ahead] = path_to(parents, state)
+            for nxt, act in moves(u, state):
                 if nxt not in parents:
                     parents[nxt] = (state, act)
                     queue.append(nxt)

@@ -11,7 +11,7 @@ import requests
 
 from envs import ENVS, EnvClient, EnvPool, EnvServer
 from servers import babyai
-from servers.babyai import DIRS, FORWARD, LEFT, LEVELS, RIGHT, BabyAIText, task_of
+from servers.babyai import DIRS, LEVELS, BabyAIText, moves, path_to, task_of
 
 
 @pytest.fixture(scope="module")
@@ -35,19 +35,10 @@ def one_search_per_target(game, targets):
         parents, queue = {start: None}, deque([start])
         while queue:
             x, y, d = state = queue.popleft()
-            nx, ny = x + DIRS[d][0], y + DIRS[d][1]
-            if (nx, ny) == target:
-                path = []
-                while parents[state] is not None:
-                    state, act = parents[state]
-                    path.append(act)
-                found[target] = path[::-1]
+            if (x + DIRS[d][0], y + DIRS[d][1]) == target:
+                found[target] = path_to(parents, state)
                 break
-            cell = u.grid.get(nx, ny) if 0 <= nx < u.width and 0 <= ny < u.height else None
-            moves = [((x, y, (d - 1) % 4), LEFT), ((x, y, (d + 1) % 4), RIGHT)]
-            if 0 <= nx < u.width and 0 <= ny < u.height and (cell is None or cell.can_overlap()):
-                moves.append(((nx, ny, d), FORWARD))
-            for nxt, act in moves:
+            for nxt, act in moves(u, state):
                 if nxt not in parents:
                     parents[nxt] = (state, act)
                     queue.append(nxt)
