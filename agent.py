@@ -113,6 +113,10 @@ class Policy:
         return {}
 
     @functools.cached_property
+    def _prompts(self) -> dict:  # a window of messages -> its prompt ids (LastTurns.context)
+        return {}
+
+    @functools.cached_property
     def _generators(self) -> dict:  # dtype -> the generation copy (generation_model)
         return {}
 
@@ -320,6 +324,7 @@ def generate(
     timings: dict | None = None,
     past: Encoded | None = None,
     model=None,
+    keep: bool = True,
 ):
     """Sample one reply per context. Returns (ids, logprobs, allowed, texts, state): the sampled
     ids (ending with a stop token unless cut at max_new_tokens), their log-probs under the
@@ -330,6 +335,7 @@ def generate(
     `timings`: add the seconds of the prompt's forward ("prefill"), the one-token forwards
     ("decode") and the action masks ("mask") to this dict (see machinery/timing.py).
     `model`: the model to run (default the policy's; `rollout` passes `generation_model(policy)`).
+    `keep`: return the state (else None: a caller that encodes each turn afresh spares its copy).
     """
     model, tok, device = model or policy.model, policy.tokenizer, policy.device
     if past is not None and sliding(model):  # a window of cache columns != of positions once a kept cache
@@ -343,7 +349,7 @@ def generate(
             model, [c[s:] for c, s in zip(contexts, starts)], starts, past, tok.pad_token_id, device
         )
     nxt, was_live = None, [1] * B  # the tokens sampled last, and which rows were still live then
-    decode = Decoder(model, state, policy.max_new_tokens - 1)
+    decode = Decoder(model, state, policy.max_new_tokens - 1, keep=keep)
     for t in range(policy.max_new_tokens):
         if t > 0:
             with timed(timings, "decode"):
@@ -490,7 +496,15 @@ class LastTurns:
         self.policy, self._rows = policy, []
 
     def context(self, tr: Trajectory) -> list[int]:
-        return chat_ids(self.policy.tokenizer, _window(tr.messages, self.policy.context_turns))
+        """The window's prompt ids, tokenised once per distinct window (a GRPO group's samples
+        share their first observation, and often later ones)."""
+        window = _window(tr.messages, self.policy.context_turns)
+        key, memo = tuple((m["role"], m["content"]) for m in window), self.policy._prompts
+        if key not in memo:
+            if len(memo) > 10_000:  # bound the memo (ids of ~100 tokens each)
+                memo.clear()
+            memo[key] = chat_ids(self.policy.tokenizer, window)
+        return memo[key]
 
     def add_reply(self, ctx: list[int], reply: list[int], logprobs: list[float], allowed: dict) -> None:
         self._rows.append(
@@ -601,6 +615,7 @@ def _replies(policy, live, contexts, tries, n, batch_size, states, timings, mode
                 timings,
                 past=past,
                 model=model,
+                keep=reuse,
             )
         if reuse:
             states[g] = ([live[k] for k in rows], out[4])

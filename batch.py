@@ -99,30 +99,27 @@ def make_batch(trajs, pad_id: int) -> Batch:
     also reads `.observations` and `.turns`) -> one right-padded Batch, rows of trajectory 0 first.
     Masked sampling is kept as the id lists the rollout stored (K = the most ids allowed anywhere),
     never as a (B, T, V) mask."""
-    rows = [(n, k, r) for n, tr in enumerate(trajs) for k, r in enumerate(tr.rows)]
-    B, T = len(rows), max(len(r.ids) for _, _, r in rows)
-    ids = torch.full((B, T), pad_id, dtype=torch.long)
-    attn = torch.zeros((B, T), dtype=torch.long)
-    mask = torch.zeros((B, T))
-    lp = torch.zeros((B, T))
-    K = max((len(ok) for _, _, r in rows for ok in r.allowed.values()), default=0)
+    rows = [r for tr in trajs for r in tr.rows]
+    B, T = len(rows), max(len(r.ids) for r in rows)
+    right = lambda xs, fill: list(xs) + [fill] * (T - len(xs))  # each field padded as lists, one tensor
+    ids = torch.tensor([right(r.ids, pad_id) for r in rows], dtype=torch.long)
+    attn = torch.tensor([right([1] * len(r.ids), 0) for r in rows], dtype=torch.long)
+    mask = torch.tensor([right(r.mask, 0) for r in rows], dtype=torch.float)
+    lp = torch.tensor([right(r.logprobs, 0.0) for r in rows], dtype=torch.float)
+    K = max((len(ok) for r in rows for ok in r.allowed.values()), default=0)
     allowed = torch.full((B, T, K), -1, dtype=torch.long) if K else None  # all -1: not masked
-    for b, (_, _, r) in enumerate(rows):
-        n = len(r.ids)
-        ids[b, :n] = torch.tensor(r.ids)
-        attn[b, :n] = 1
-        mask[b, :n] = torch.tensor(r.mask, dtype=torch.float)
-        lp[b, :n] = torch.tensor(r.logprobs)
-        for p, ok in r.allowed.items():
-            allowed[b, p, : len(ok)] = torch.tensor(ok)
+    if K:
+        at = [(b, p, k, x) for b, r in enumerate(rows) for p, ok in r.allowed.items() for k, x in enumerate(ok)]
+        b, p, k, x = map(torch.tensor, zip(*at))
+        allowed[b, p, k] = x
     return Batch(
         input_ids=ids,
         attention_mask=attn,
         loss_mask=mask,
         old_logprobs=lp,
         allowed=allowed,
-        traj=torch.tensor([n for n, _, _ in rows]),
-        turn=torch.tensor([k for _, k, _ in rows]),
+        traj=torch.tensor([n for n, tr in enumerate(trajs) for _ in tr.rows]),
+        turn=torch.tensor([k for tr in trajs for k in range(len(tr.rows))]),
         rewards=torch.tensor([tr.reward for tr in trajs], dtype=torch.float),
         groups=torch.tensor([tr.group for tr in trajs]),
         anchors=[list(getattr(tr, "observations", []))[: getattr(tr, "turns", 0)] for tr in trajs],

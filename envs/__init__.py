@@ -283,9 +283,11 @@ class EnvPool:
 
         return list(self.executor.map(ask, slots))
 
-    def close(self) -> None:
+    def close(self, free: bool = True) -> None:
+        """`free`: close each instance on the server (one request each); a server about to be
+        stopped frees them all at once."""
         for slot, iid in enumerate(self.ids):
-            if iid is not None:
+            if iid is not None and free:
                 self.clients[slot].close(iid)
         self.ids = [None] * len(self.ids)
         self.session.close()
@@ -330,6 +332,6 @@ def open_pool(
 
 
 def close_pool(pool: EnvPool) -> None:
-    pool.close()
+    pool.close(free=pool.server is None)  # our own server's instances end with it
     if pool.server is not None:
         pool.server.stop()

@@ -96,7 +96,7 @@ class EnvServer:
                 requests.get(self.url + "/", timeout=2)
                 return self
             except requests.RequestException:
-                time.sleep(0.2)
+                time.sleep(0.05)  # (refused at once until it listens: polling is cheap)
         self.stop()
         raise TimeoutError(f"{self.module} did not answer on {self.url} within {self.startup_timeout}s")
 

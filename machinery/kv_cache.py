@@ -260,13 +260,15 @@ class Decoder:
     column in place instead of copying every layer's cache (the numbers are the same).
     Rows that finished stop costing: once a quarter of the rows still decoded have finished
     (`DROP_SHARE`), their state is set aside and the forwards go on without them (their logits
-    are zeros); `close()` joins the rows again, in order. transformers' `generate` decodes every
-    row until the longest reply ends, however early the others did."""
+    are zeros); `close()` joins the rows again, in order. With `keep=False` (no later turn reads
+    the state: one row per turn) they are dropped instead, and `close()` has nothing to join.
+    transformers' `generate` decodes every row until the longest reply ends, however early the
+    others did."""
 
     DROP_SHARE = 0.25
 
-    def __init__(self, model, state: Encoded, steps: int, preallocate: bool = True):
-        self.model, self.state, self.device = model, state, state.attn.device
+    def __init__(self, model, state: Encoded, steps: int, preallocate: bool = True, keep: bool = True):
+        self.model, self.state, self.device, self.keep = model, state, state.attn.device, keep
         self.B, self.left = len(state.n), steps
         self.rows = list(range(self.B))  # the rows the forwards still run, in the batch's order
         self.parked: list[tuple[list[int], Encoded]] = []  # (rows, their state) of finished ones
@@ -307,14 +309,18 @@ class Decoder:
         gone = set(done)
         keep = [j for j in range(len(self.rows)) if j not in gone]
         release(self.state.cache)
-        self.parked.append(([self.rows[j] for j in done], self.state.rows(done)))
+        if self.keep:
+            self.parked.append(([self.rows[j] for j in done], self.state.rows(done)))
         self.state, self.rows = self.state.rows(keep), [self.rows[j] for j in keep]
         if self.left > 0:
             reserve(self.state.cache, self.left)
 
-    def close(self) -> Encoded:
-        """The state of all B rows, in order: each stream's context and reply, as in the cache."""
+    def close(self) -> Encoded | None:
+        """The state of all B rows, in order: each stream's context and reply, as in the cache;
+        None when made with `keep=False` (the finished rows' caches were dropped, not set aside)."""
         release(self.state.cache)
+        if not self.keep:
+            return None
         if not self.parked:
             return self.state
         return join(self.parked + [(self.rows, self.state)])
