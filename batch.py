@@ -109,9 +109,11 @@ def make_batch(trajs, pad_id: int) -> Batch:
     K = max((len(ok) for r in rows for ok in r.allowed.values()), default=0)
     allowed = torch.full((B, T, K), -1, dtype=torch.long) if K else None  # all -1: not masked
     if K:
-        at = [(b, p, k, x) for b, r in enumerate(rows) for p, ok in r.allowed.items() for k, x in enumerate(ok)]
-        b, p, k, x = map(torch.tensor, zip(*at))
-        allowed[b, p, k] = x
+        at = [
+            (b, p, k, x) for b, r in enumerate(rows) for p, ok in r.allowed.items() for k, x in enumerate(ok)
+        ]
+        row, pos, k, x = map(torch.tensor, zip(*at))  # (row, position, k-th id allowed there, the id)
+        allowed[row, pos, k] = x
     return Batch(
         input_ids=ids,
         attention_mask=attn,
