@@ -292,6 +292,11 @@ def _allowed(node: dict) -> list[int]:
     return [k for k in node if k is not None]
 
 
+def _depth(node: dict) -> int:
+    """The most tokens a reply can take from this trie node: its longest action, end-of-turn included."""
+    return max((1 + _depth(child) for k, child in node.items() if k is not None), default=0)
+
+
 @dataclass
 class Sampled:
     """What `generate` has sampled so far, row by row."""
@@ -349,7 +354,10 @@ def generate(
             model, [c[s:] for c, s in zip(contexts, starts)], starts, past, tok.pad_token_id, device
         )
     nxt, was_live = None, [1] * B  # the tokens sampled last, and which rows were still live then
-    decode = Decoder(model, state, policy.max_new_tokens - 1, keep=keep)
+    longest = policy.max_new_tokens
+    if tries is not None:  # no reply outgrows its longest action: the cache needs no more room
+        longest = min(longest, max(_depth(t) for t in {id(t): t for t in tries}.values()))
+    decode = Decoder(model, state, longest - 1, keep=keep)
     for t in range(policy.max_new_tokens):
         if t > 0:
             with timed(timings, "decode"):
