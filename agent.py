@@ -154,8 +154,14 @@ def load_policy(path: str, device: str = "cpu", dtype=None, tokenizer_class=None
 
 def chat_ids(tokenizer, messages: list[dict]) -> list[int]:
     """The prompt for the next assistant turn, as token ids."""
-    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-    return list(out["input_ids"] if hasattr(out, "keys") else out)
+    return chat_ids_batch(tokenizer, [messages])[0]
+
+
+def chat_ids_batch(tokenizer, conversations: list[list[dict]]) -> list[list[int]]:
+    """`chat_ids` of several conversations at once: the template renders each, the tokenizer
+    encodes them in one call (the same ids, in about half the time of one call each)."""
+    out = tokenizer.apply_chat_template(conversations, add_generation_prompt=True, tokenize=True)
+    return [list(ids) for ids in (out["input_ids"] if hasattr(out, "keys") else out)]
 
 
 # A reply the template renders around; no template changes it (Llama-3's `| trim` keeps it too).
@@ -504,15 +510,22 @@ class LastTurns:
         self.policy, self._rows = policy, []
 
     def context(self, tr: Trajectory) -> list[int]:
-        """The window's prompt ids, tokenised once per distinct window (a GRPO group's samples
-        share their first observation, and often later ones)."""
-        window = _window(tr.messages, self.policy.context_turns)
-        key, memo = tuple((m["role"], m["content"]) for m in window), self.policy._prompts
-        if key not in memo:
-            if len(memo) > 10_000:  # bound the memo (ids of ~100 tokens each)
-                memo.clear()
-            memo[key] = chat_ids(self.policy.tokenizer, window)
-        return memo[key]
+        return LastTurns.contexts(self.policy, [tr])[0]
+
+    @staticmethod
+    def contexts(policy: Policy, trajs: list[Trajectory]) -> list[list[int]]:
+        """Each episode's window as prompt ids. Each distinct window is tokenised once (a GRPO
+        group's samples share their first observation, and often later ones), the new ones of
+        a turn in one batch (`chat_ids_batch`)."""
+        windows = [_window(tr.messages, policy.context_turns) for tr in trajs]
+        keys = [tuple((m["role"], m["content"]) for m in w) for w in windows]
+        memo = policy._prompts
+        if len(memo) > 10_000:  # bound the memo (ids of ~100 tokens each)
+            memo.clear()
+        new = {k: w for k, w in zip(keys, windows) if k not in memo}
+        if new:
+            memo.update(zip(new, chat_ids_batch(policy.tokenizer, list(new.values()))))
+        return [memo[k] for k in keys]
 
     def add_reply(self, ctx: list[int], reply: list[int], logprobs: list[float], allowed: dict) -> None:
         self._rows.append(
@@ -548,7 +561,10 @@ def _rollout_chunk(policy, pool, spec, tasks, groups, horizon, batch_size, timin
         if not live:
             break
         with timed(timings, "template"):  # chat template + tokenising the new observations
-            contexts = [memory[i].context(trajs[i]) for i in live]
+            if mode is LastTurns:  # (all of the turn's windows in one batch)
+                contexts = LastTurns.contexts(policy, [trajs[i] for i in live])
+            else:
+                contexts = [memory[i].context(trajs[i]) for i in live]
         tries = None
         if policy.mask_actions:
             with timed(timings, "tries"):

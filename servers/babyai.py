@@ -46,6 +46,7 @@ from collections import deque
 
 import gymnasium as gym
 import minigrid  # noqa: F401  (importing registers the BabyAI-* levels with gymnasium)
+from minigrid.core.world_object import Wall
 from minigrid.utils.baby_ai_bot import BabyAIBot
 
 from servers.common import EnvError, build_app, serve
@@ -97,6 +98,7 @@ LEVELS = [
 
 LEFT, RIGHT, FORWARD, PICKUP, DROP, TOGGLE = 0, 1, 2, 3, 4, 5  # minigrid's action numbers
 DIRS = [(1, 0), (0, 1), (-1, 0), (0, -1)]  # heading 0..3 -> (dx, dy): east, south, west, north
+OUTSIDE = Wall()  # what the agent's view holds beyond the grid's edge (`agent_view`)
 CHECK = "check available actions"
 MAX_PLACEMENTS = 1000  # object placements per level-generation attempt
 MAX_ATTEMPTS = 50  # level-generation attempts per reset
@@ -169,6 +171,34 @@ def text_only(env: gym.Env) -> gym.Env:
     u = env.unwrapped
     u.gen_obs = lambda: {"mission": u.mission, "direction": u.agent_dir}
     return env
+
+
+def agent_view(u) -> tuple[list[list], list[list[bool]]]:
+    """What minigrid's `gen_obs_grid` tells `visible_objects`, read off the grid in place instead
+    of from a copy of the view cut out, rotated and masked cell by cell (half of a describe's
+    time): the cell at each place (i, j) of the agent's view (i from its left, j from the
+    farthest row to its own, size - 1; beyond the grid's edge a wall, as minigrid's `slice` puts
+    there) and whether the agent sees it (minigrid's `process_vis`: sight spreads from the agent
+    row by row, stopped by walls and closed doors)."""
+    size, grid = u.agent_view_size, u.grid
+    (ax, ay), (fx, fy), (rx, ry) = (tuple(map(int, v)) for v in (u.agent_pos, u.dir_vec, u.right_vec))
+    cells = [[None] * size for _ in range(size)]
+    for i in range(size):
+        for j in range(size):
+            ahead, right = size - 1 - j, i - size // 2
+            x, y = ax + fx * ahead + rx * right, ay + fy * ahead + ry * right
+            cells[i][j] = grid.get(x, y) if 0 <= x < grid.width and 0 <= y < grid.height else OUTSIDE
+    seen = [[False] * size for _ in range(size)]
+    seen[size // 2][size - 1] = True
+    clear = lambda c: c is None or c.see_behind()
+    for j in reversed(range(size)):
+        for step, columns in ((1, range(size - 1)), (-1, reversed(range(1, size)))):  # rightwards, leftwards
+            for i in columns:
+                if seen[i][j] and clear(cells[i][j]):
+                    seen[i + step][j] = True
+                    if j > 0:
+                        seen[i + step][j - 1] = seen[i][j - 1] = True
+    return cells, seen
 
 
 def moves(u, state: tuple[int, int, int]) -> list[tuple[tuple[int, int, int], int]]:
@@ -300,14 +330,14 @@ class BabyAIText:
     def visible_objects(self) -> list[dict]:
         """Objects in the agent's 7x7 view, nearest first, named `<colour> <type> <n>`."""
         u = self.env.unwrapped
-        view, visible = u.gen_obs_grid()
+        view, visible = agent_view(u)
         size = u.agent_view_size
         (ax, ay), (fx, fy), (rx, ry) = map(tuple, (u.agent_pos, u.dir_vec, u.right_vec))
         seen = []
         for i in range(size):
             for j in range(size):
-                cell = view.get(i, j)
-                if not visible[i, j] or cell is None or cell.type in ("wall", "empty", "floor", "unseen"):
+                cell = view[i][j]
+                if not visible[i][j] or cell is None or cell.type in ("wall", "empty", "floor", "unseen"):
                     continue
                 if (i, j) == (size // 2, size - 1):  # the agent's own cell: what it carries
                     continue

@@ -45,10 +45,18 @@ def one_search_per_target(game, targets):
     return found
 
 
+def minigrid_view(u):
+    """`agent_view` as minigrid computes it: `gen_obs_grid`'s copy of the view, cut out, rotated
+    and masked."""
+    grid, visible = u.gen_obs_grid()
+    return [[grid.get(i, j) for j in range(grid.height)] for i in range(grid.width)], visible.tolist()
+
+
 def test_the_speed_ups_change_no_answer(monkeypatch):
-    """minigrid's image observation left out (`text_only`) and one search for every object's path
-    (`paths_to_face`) give the answers of minigrid's full observation and one search per object,
-    on every level, through random play (the expert's advice on a quarter of them)."""
+    """minigrid's image observation left out (`text_only`), one search for every object's path
+    (`paths_to_face`) and the view read off the grid in place (`agent_view`) give the answers of
+    minigrid's full observation, one search per object and minigrid's own view, on every level,
+    through random play (the expert's advice on a quarter of them)."""
     rng, played = random.Random(0), []
     fast = BabyAIText()
     for data_idx in range(40):  # one task of each level
@@ -59,6 +67,7 @@ def test_the_speed_ups_change_no_answer(monkeypatch):
         played.append((data_idx, actions, answers))
     monkeypatch.setattr(babyai, "text_only", lambda env: env)
     monkeypatch.setattr(BabyAIText, "paths_to_face", one_search_per_target)
+    monkeypatch.setattr(babyai, "agent_view", minigrid_view)
     slow = BabyAIText()
     for data_idx, actions, answers in played:
         again = [slow.reset(data_idx)]
