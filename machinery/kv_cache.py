@@ -264,7 +264,7 @@ class Decoder:
     others' cache twice (select, then room again), which a few more one-token steps over the
     finished rows cost less than (the tiny policy's masked replies, at most 8 tokens: 42 ms less
     per demo rollout without it, the same samples). `close()` joins the rows again, in order.
-    With `keep=False` (no later turn reads the state: one row per turn) they are dropped instead,
+    With `keep=False` (no later turn reads the state: one row per turn) rows set aside are let go,
     and `close()` has nothing to join. transformers' `generate` decodes every row until the
     longest reply ends, however early the others did."""
 
