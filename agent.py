@@ -519,7 +519,7 @@ class LastTurns:
         a turn in one batch (`chat_ids_batch`)."""
         windows = [_window(tr.messages, policy.context_turns) for tr in trajs]
         keys = [tuple((m["role"], m["content"]) for m in w) for w in windows]
-        memo = policy._prompts
+        memo = getattr(policy, "_prompts", {})  # (a stand-in policy without one keeps no memo)
         if len(memo) > 10_000:  # bound the memo (ids of ~100 tokens each)
             memo.clear()
         new = {k: w for k, w in zip(keys, windows) if k not in memo}

@@ -160,7 +160,6 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
     `profile`: append, per step, a dict of seconds per part of the step (machinery/timing.py;
     benchmarks/rollout_profile.py prints it)."""
     run = setup(cfg)
-    gc.freeze()  # the imports' and the models' objects live on: full collections skip them (0.6 s)
     learner = run.learner
     try:
         if run.start == 1:
@@ -212,7 +211,7 @@ def train(cfg: Config, profile: list[dict] | None = None) -> dict:
         close_pool(run.pool)
         if run.writer:
             run.writer.close()
-        gc.unfreeze()  # (a caller that trains again may then free this run's objects)
+        gc.unfreeze()  # (setup froze them: a caller that trains again may then free this run's objects)
     finish(run)
     return run.summary
 
@@ -272,6 +271,7 @@ def setup(cfg: Config) -> Run:
     pool = open_pool(cfg.env, size=size, url=url, log_path=log_path)
     summary, history = previous_outputs(cfg, saved, start, main)
     probed = cfg.probe_every and cfg.env == "babyai"
+    gc.freeze()  # the imports' and the models' objects live on: full collections skip them (0.6 s)
     return Run(
         cfg=cfg,
         learner=learner,
