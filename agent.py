@@ -113,10 +113,6 @@ class Policy:
         return {}
 
     @functools.cached_property
-    def _prompts(self) -> dict:  # a window of messages -> its prompt ids (LastTurns.context)
-        return {}
-
-    @functools.cached_property
     def _generators(self) -> dict:  # dtype -> the generation copy (generation_model)
         return {}
 
@@ -510,18 +506,16 @@ class LastTurns:
         self.policy, self._rows = policy, []
 
     def context(self, tr: Trajectory) -> list[int]:
-        return LastTurns.contexts(self.policy, [tr])[0]
+        return LastTurns.contexts(self.policy, [tr], {})[0]
 
     @staticmethod
-    def contexts(policy: Policy, trajs: list[Trajectory]) -> list[list[int]]:
+    def contexts(policy: Policy, trajs: list[Trajectory], memo: dict) -> list[list[int]]:
         """Each episode's window as prompt ids. Each distinct window is tokenised once (a GRPO
-        group's samples share their first observation, and often later ones), the new ones of
-        a turn in one batch (`chat_ids_batch`)."""
+        group's samples share their first observation, and often later ones): `memo` (window ->
+        ids) keeps them for the rollout's later turns, and a turn's new ones go in one batch
+        (`chat_ids_batch`)."""
         windows = [_window(tr.messages, policy.context_turns) for tr in trajs]
         keys = [tuple((m["role"], m["content"]) for m in w) for w in windows]
-        memo = getattr(policy, "_prompts", {})  # (a stand-in policy without one keeps no memo)
-        if len(memo) > 10_000:  # bound the memo (ids of ~100 tokens each)
-            memo.clear()
         new = {k: w for k, w in zip(keys, windows) if k not in memo}
         if new:
             memo.update(zip(new, chat_ids_batch(policy.tokenizer, list(new.values()))))
@@ -557,12 +551,13 @@ def _rollout_chunk(policy, pool, spec, tasks, groups, horizon, batch_size, timin
     info = list(first)
     live = [i for i, (tr, r) in enumerate(zip(trajs, first)) if _begin(tr, r, policy, spec)]
     states: dict = {}  # whole-conversation mode: each generation batch's KV cache across turns
+    prompts: dict = {}  # one-turn windows: each distinct window's prompt ids (LastTurns.contexts)
     for turn in range(horizon):
         if not live:
             break
         with timed(timings, "template"):  # chat template + tokenising the new observations
             if mode is LastTurns:  # (all of the turn's windows in one batch)
-                contexts = LastTurns.contexts(policy, [trajs[i] for i in live])
+                contexts = LastTurns.contexts(policy, [trajs[i] for i in live], prompts)
             else:
                 contexts = [memory[i].context(trajs[i]) for i in live]
         tries = None
