@@ -182,6 +182,20 @@ def sliding(model) -> bool:
     return "sliding_attention" in types if types else getattr(c, "sliding_window", None) is not None
 
 
+def length_buckets(lengths: list[int]) -> list[list[int]]:
+    """The indices of `lengths`, shortest first, cut into buckets whose longest is at most
+    BUCKET_SPREAD times their shortest."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    buckets, cur = [], [order[0]]
+    for i in order[1:]:
+        if lengths[i] > BUCKET_SPREAD * lengths[cur[0]]:
+            buckets.append(cur)
+            cur = []
+        cur.append(i)
+    buckets.append(cur)
+    return buckets
+
+
 def prefill(model, news, starts, past, pad, device):
     """`encode`, but fresh prompts are encoded once each (GRPO's group of rollouts of one task
     starts from one prompt: its cache rows are copies), and new tokens of very different lengths
@@ -197,14 +211,7 @@ def prefill(model, news, starts, past, pad, device):
         unique = [list(x) for x in first]
         logits, state = prefill(model, unique, [0] * len(unique), None, pad, device)
         return logits[torch.tensor(where, device=device)], state.select(where)
-    order = sorted(range(len(news)), key=lambda i: len(news[i]))
-    buckets, cur = [], [order[0]]
-    for i in order[1:]:
-        if len(news[i]) > BUCKET_SPREAD * len(news[cur[0]]):
-            buckets.append(cur)
-            cur = []
-        cur.append(i)
-    buckets.append(cur)
+    buckets = length_buckets([len(x) for x in news])
     if len(buckets) == 1:
         return encode(model, news, starts, past, pad, device)
     parts = [

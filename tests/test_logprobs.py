@@ -166,6 +166,16 @@ def shared_prompt_batch(masked: bool):
     return ids, attn, loss_mask, allowed_list, allowed_mask
 
 
+def watch_passes(model) -> list[tuple[int, int, bool]]:
+    """Every decoder pass, as it runs: (rows, columns, whether it extends a cache)."""
+    passes = []
+    model.get_decoder().register_forward_hook(
+        lambda m, i, kw, o: passes.append((*kw["input_ids"].shape, kw.get("cache") is not None)),
+        with_kwargs=True,
+    )
+    return passes
+
+
 @pytest.mark.parametrize("kind", ["qwen2", "llama"])
 @pytest.mark.parametrize("masked", [False, True])
 def test_a_shared_prompt_runs_once_and_gives_every_row_the_plain_logprobs_and_gradients(kind, masked):
@@ -174,10 +184,7 @@ def test_a_shared_prompt_runs_once_and_gives_every_row_the_plain_logprobs_and_gr
     w = torch.randn(len(rows), generator=torch.Generator().manual_seed(4))
 
     model = small_model(kind)
-    batches = []
-    model.get_decoder().register_forward_hook(
-        lambda m, i, kw, o: batches.append(kw["input_ids"].shape), with_kwargs=True
-    )
+    passes = watch_passes(model)
     lp, ent = agent_logprobs(
         model,
         ids,
@@ -188,7 +195,10 @@ def test_a_shared_prompt_runs_once_and_gives_every_row_the_plain_logprobs_and_gr
         allowed=allowed_list[rows, cols] if masked else None,
         with_entropy=True,
     )
-    assert batches[0][0] == 3 and batches[1][0] == 6  # 3 prompts once, then the 6 rows with agent tokens
+    # each prompt once, each of the 6 rows with agent tokens once on top of its prompt's cache; the
+    # prompts (5, 9 and 12 tokens) in buckets of similar length, each pass as wide as its own prompt
+    assert sum(n for n, _, rest in passes if not rest) == 3 and sum(n for n, _, rest in passes if rest) == 6
+    assert sorted(w for _, w, rest in passes if not rest) == [5, 9, 12]
     (-(w * lp).mean() - 0.1 * ent.mean()).backward()
     shared = {n: p.grad.clone() for n, p in model.named_parameters()}
 
@@ -225,12 +235,9 @@ def test_a_left_padded_batch_whose_rows_share_a_prompt_gets_the_plain_logprobs(k
     assert (attn[:, 0] == 0).any() and (attn[:, -1] == 1).all()
     rows, cols = predicting_positions(loss_mask)
     model = small_model(kind)
-    batches = []
-    model.get_decoder().register_forward_hook(
-        lambda m, i, kw, o: batches.append(kw["input_ids"].shape), with_kwargs=True
-    )
+    passes = watch_passes(model)
     lp, ent = agent_logprobs(model, ids, attn, rows, cols, temperature=0.8, with_entropy=True)
-    assert len(batches) == 2  # the prompts' pass, then the rests'
+    assert [rest for _, _, rest in passes] == [False, True] * 3  # per bucket: the prompts' pass, the rests'
     ref_lp, ref_ent = full_logprobs(model, ids, attn, temperature=0.8, with_entropy=True)
     torch.testing.assert_close(lp, ref_lp[rows, cols], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(ent, ref_ent[rows, cols], rtol=1e-5, atol=1e-5)
