@@ -65,7 +65,7 @@ from envs import ENVS, EnvSpec, close_pool, open_pool
 from machinery import dist, lora, signals
 from machinery.logprobs import LogprobForward
 from machinery.rng import seed_everything
-from update import UpdateConfig, accumulate_gradients, step_optimizers
+from update import UpdateConfig, accumulate_gradients, resolve_micro_batch_tokens, step_optimizers
 
 SFT_LR = 1e-5
 """A real model's learning rate (AgentGym's bc_trainer: 1e-5 for 7B); the tiny policy's is tiny.LR."""
@@ -325,6 +325,7 @@ def sft(cfg: Config) -> dict:
     policy = trainable_policy(cfg, accelerator.device)
     items = training_items(cfg, policy)
     lr = cfg.lr or (tiny.LR if policy.is_tiny else SFT_LR)
+    resolve_micro_batch_tokens(cfg, policy)
     optimizer = torch.optim.AdamW([p for p in policy.model.parameters() if p.requires_grad], lr=lr)
     forward, optimizer = accelerator.prepare(LogprobForward(policy.model), optimizer)
     os.makedirs(cfg.out, exist_ok=True)

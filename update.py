@@ -46,6 +46,10 @@ from machinery.logprobs import LogprobForward, disable_dropout
 from machinery.timing import timed
 
 REAL_MODEL_LR = 1e-6  # the paper's; the tiny policy's is tiny.LR
+MICRO_BATCH_TOKENS = 4096
+"""`--micro-batch-tokens` auto for a real model. The tiny policy's whole step is one pass (about
+10k computed positions, well under 1 GB): a cut there only costs, since rows in different
+micro-batches each run the prompt they share (the demo's update and reference, 21% less time)."""
 ON_POLICY_TOL = 2e-2  # mean |log pi - log pi_old| per agent token before the first step: bf16's floor
 # (SmolLM2, benchmarks/gpu_check.py --cpu: 1.8e-2 mean, 0.11 max; float32: ~1e-5)
 
@@ -61,9 +65,10 @@ class UpdateConfig:
     micro_batch_size: int = flag(0, at_least=0)
     """rows per forward/backward at most; a minibatch's gradients are accumulated over them (the step is the
     same); 0: no row limit"""
-    micro_batch_tokens: int = flag(4096, at_least=0)
+    micro_batch_tokens: int | None = flag(None, at_least=0)
     """padded tokens per forward/backward at most (rows x the longest row; rows sorted by length fill
-    micro-batches up to it, a longer row goes alone); 0: no limit"""
+    micro-batches up to it, a longer row goes alone); 0: no limit; auto: no limit for tiny, else
+    MICRO_BATCH_TOKENS (4096)"""
     gradient_checkpointing: bool = False
     """recompute each layer's activations in backward instead of keeping
     them (less memory, ~1/3 more compute)"""
@@ -98,6 +103,7 @@ def load_learner(cfg, algo: Algorithm, accelerator, saved: dict | None) -> Learn
     with a checkpoint's `saved` state.pt, the optimizer and the algorithm's state as it left them."""
     policy, ref_model, ref_path = load_models(cfg, accelerator, saved)
     lr = cfg.lr or (tiny.LR if policy.is_tiny else REAL_MODEL_LR)
+    resolve_micro_batch_tokens(cfg, policy)
     optimizer = torch.optim.AdamW([p for p in policy.model.parameters() if p.requires_grad], lr=lr)
     # `forward` computes the agent tokens' log-probs; Accelerate wraps it (DDP: gradients averaged in
     # backward). policy.model stays the plain model, for generation, the reference and saving.
@@ -111,6 +117,12 @@ def load_learner(cfg, algo: Algorithm, accelerator, saved: dict | None) -> Learn
         load_state(state, cfg.resume, accelerator.unwrap_model)
     trained = [(forward, optimizer)] + ([(state.model, state.optimizer)] if state else [])
     return Learner(policy, forward, optimizer, ref_model, ref_path, algo, state, accelerator, trained)
+
+
+def resolve_micro_batch_tokens(cfg, policy) -> None:
+    """`--micro-batch-tokens` auto (None): no limit for the tiny policy, else MICRO_BATCH_TOKENS."""
+    if cfg.micro_batch_tokens is None:
+        cfg.micro_batch_tokens = 0 if policy.is_tiny else MICRO_BATCH_TOKENS
 
 
 def load_models(cfg, accelerator, saved: dict | None):

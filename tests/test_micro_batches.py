@@ -242,3 +242,16 @@ def test_identical_rows_computed_once_give_each_copy_its_own_logprobs_and_gradie
         other = dup.select(torch.tensor([0, 2]))
         other.allowed[1, other.loss_mask[1].nonzero()[0, 0], 1] += 1
         assert len(unique_rows(other)[0]) == 2
+
+
+def test_the_tiny_policy_updates_in_one_pass_and_a_real_model_under_the_token_budget():
+    """--micro-batch-tokens auto: no cut for the tiny policy (a cut runs a prompt that rows share once
+    per micro-batch), MICRO_BATCH_TOKENS for a real model; a value given is kept."""
+    from types import SimpleNamespace
+
+    from update import MICRO_BATCH_TOKENS, resolve_micro_batch_tokens
+
+    for is_tiny, given, expected in [(True, None, 0), (False, None, MICRO_BATCH_TOKENS), (True, 512, 512)]:
+        cfg = Config(micro_batch_tokens=given)
+        resolve_micro_batch_tokens(cfg, SimpleNamespace(is_tiny=is_tiny))
+        assert cfg.micro_batch_tokens == expected
