@@ -351,14 +351,13 @@ def generate(
     starts = past.n if past is not None else [0] * B
     stops = policy.stop_ids
     out = Sampled.start(B, tries)
-    with timed(timings, "prefill"):
-        logits, state = prefill(
-            model, [c[s:] for c, s in zip(contexts, starts)], starts, past, tok.pad_token_id, device
-        )
-    nxt, was_live = None, [1] * B  # the tokens sampled last, and which rows were still live then
     longest = policy.max_new_tokens
     if tries is not None:  # no reply outgrows its longest action: the cache needs no more room
         longest = min(longest, max(_depth(t) for t in {id(t): t for t in tries}.values()))
+    with timed(timings, "prefill"):  # (with the cache's room for the reply's longest - 1 forwards)
+        news = [c[s:] for c, s in zip(contexts, starts)]
+        logits, state = prefill(model, news, starts, past, tok.pad_token_id, device, room=longest - 1)
+    nxt, was_live = None, [1] * B  # the tokens sampled last, and which rows were still live then
     decode = Decoder(model, state, longest - 1, keep=keep)
     for t in range(policy.max_new_tokens):
         if t > 0:

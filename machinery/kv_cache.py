@@ -17,7 +17,9 @@ model computes (tests/test_kv_cache.py checks every path against encoding each s
 
 Decoding appends one column per step. transformers' cache does it by `torch.cat`, copying every
 layer's whole cache each step (16 SmolLM2 streams, 760 columns: 560 MB of copies per step);
-`reserve()` gives each layer room for the reply instead, and a step writes its column in place.
+`reserve()` gives each layer room for the reply instead, and a step writes its column in place;
+`prefill(room=...)` makes that room as it joins the buckets (`join`), each row's keys and values
+copied once (the copies were a tenth of the demo's rollout time when made one after another).
 And a row whose reply has ended stops costing: `Decoder` sets finished rows aside and `join()`s them
 back when the turn's decoding is done. A decode step's attention (`decode_attention`) reads the
 cache once, at the bandwidth the CPU has, where torch's SDPA kernel for one query spends 2-3x that.
@@ -93,15 +95,20 @@ class ReservedLayer(DynamicLayer):
     far (the same numbers `torch.cat` would give). Out of room, or after anything replaced its
     tensors (select, compact), it falls back to DynamicLayer's concatenation."""
 
-    def __init__(self, layer: DynamicLayer, extra: int):
+    def __init__(self, layer: DynamicLayer, extra: int, room: list[torch.Tensor] | None = None):
+        """`room`: the keys' and values' buffers, already holding the columns (`join` fills them);
+        None: copy `layer`'s columns into new ones."""
         super().__init__()
         self.__dict__.update(layer.__dict__)
-        B, H, T, D = layer.keys.shape
-        # zeros: `decode_attention` reads the whole room, the unfilled columns masked (0 x 0, not NaN)
-        self.room = [x.new_zeros((B, H, T + extra, D)) for x in (layer.keys, layer.values)]
-        for buf, x in zip(self.room, (layer.keys, layer.values)):
-            buf[:, :, :T] = x
-        self.keys, self.values = (buf[:, :, :T] for buf in self.room)
+        if room is None:
+            B, H, T, D = layer.keys.shape
+            # zeros: `decode_attention` reads the whole room, the unfilled columns masked (0 x 0, not NaN)
+            room = [x.new_zeros((B, H, T + extra, D)) for x in (layer.keys, layer.values)]
+            for buf, x in zip(room, (layer.keys, layer.values)):
+                buf[:, :, :T] = x
+        self.room = room
+        T = room[0].shape[2] - extra
+        self.keys, self.values = (buf[:, :, :T] for buf in room)
 
     def update(self, key_states, value_states, *args, **kwargs):
         k_room, v_room = self.room
@@ -196,67 +203,87 @@ def length_buckets(lengths: list[int]) -> list[list[int]]:
     return buckets
 
 
-def prefill(model, news, starts, past, pad, device):
+def prefill(model, news, starts, past, pad, device, room: int = 0):
     """`encode`, but fresh prompts are encoded once each (GRPO's group of rollouts of one task
     starts from one prompt: its cache rows are copies), and new tokens of very different lengths
     (fresh prompts, or a turn's observations after a kept cache) in buckets of similar length:
     padding to the longest would otherwise cost up to 2x the tokens (the prefill's cost is per
     token). The buckets' caches are then joined, each left-padded with masked zero columns, into
-    one batch for decoding. Row order is kept."""
+    one batch for decoding, with `room` more columns for the reply (`join`). Row order is kept."""
     if len(news) == 1 or sliding(model) or (past is not None and not past.full_width()):
         return encode(model, news, starts, past, pad, device)
-    first: dict[tuple, int] = {}
-    where = [first.setdefault(tuple(x), len(first)) for x in news]
-    if past is None and len(first) < len(news):
-        unique = [list(x) for x in first]
-        logits, state = prefill(model, unique, [0] * len(unique), None, pad, device)
-        return logits[torch.tensor(where, device=device)], state.select(where)
-    buckets = length_buckets([len(x) for x in news])
-    if len(buckets) == 1:
+    copies: dict[object, list[int]] = {}  # each row encoded -> the rows it stands for
+    for i, x in enumerate(news):
+        copies.setdefault(tuple(x) if past is None else i, []).append(i)
+    places = list(copies.values())
+    heads = [rows[0] for rows in places]
+    buckets = length_buckets([len(news[i]) for i in heads])
+    if len(buckets) == 1 and len(heads) == len(news):
         return encode(model, news, starts, past, pad, device)
-    parts = [
-        encode(
+    parts = []
+    for b in buckets:
+        rows = [heads[k] for k in b]
+        logits, state = encode(
             model,
-            [news[i] for i in b],
-            [starts[i] for i in b],
-            past.rows(b) if past is not None else None,
+            [news[i] for i in rows],
+            [starts[i] for i in rows],
+            past.rows(rows) if past is not None else None,
             pad,
             device,
         )
-        for b in buckets
-    ]
-    logits = torch.cat([lg for lg, _ in parts])
-    return logits[_inverse(buckets, device)], join([(b, st) for b, (_, st) in zip(buckets, parts)])
+        parts.append(([places[k] for k in b], logits, state))
+    order, source = _copies([at for at, _, _ in parts], device)
+    logits = torch.cat([lg for _, lg, _ in parts])[source][order]
+    return logits, join([(at, st) for at, _, st in parts], room)
 
 
-def _inverse(parts_rows: list[list[int]], device) -> torch.Tensor:
-    """The index that puts rows listed part after part back in the order 0..B-1."""
-    order = torch.tensor([i for rows in parts_rows for i in rows])
-    inverse = torch.empty(len(order), dtype=torch.long)
-    inverse[order] = torch.arange(len(order))
-    return inverse.to(device)
+def _copies(places: list[list], device) -> tuple[torch.Tensor, torch.Tensor]:
+    """For parts whose rows go to `places` (per part, per row, its place in the joined batch or
+    a list of them), the places' order and which row of the parts (counted part after part) each
+    copy is of: rows[source][order] puts the parts' rows, copied, in the order 0..B-1."""
+    flat = [p if isinstance(p, list) else [p] for part in places for p in part]
+    source = torch.tensor([k for k, ps in enumerate(flat) for _ in ps])
+    order = torch.empty(len(source), dtype=torch.long)
+    order[torch.tensor([p for ps in flat for p in ps])] = torch.arange(len(source))
+    return order.to(device), source.to(device)
 
 
-def join(parts: list[tuple[list[int], Encoded]]) -> Encoded:
-    """One state of the rows of `parts` ((the rows' places in the joined batch, their state), the
-    places together 0..B-1), each part left-padded with masked zero columns to the widest. The
-    parts' caches are consumed: the joined one is the last part's cache object, refilled."""
+def join(parts: list[tuple[list, Encoded]], room: int = 0) -> Encoded:
+    """One state of the rows of `parts`: (each row's place in the joined batch, or the list of
+    places it is copied to; the part's state), the places together 0..B-1. Each row is
+    right-aligned to the widest part (left-padded with masked zero columns), and with `room` every
+    layer gets room for that many more columns (`ReservedLayer`): one copy of each row's keys and
+    values, where padding, concatenating, reordering, copying repeated rows and then reserving
+    would copy them five times. The parts' caches are consumed: the joined one is the last part's
+    cache object, refilled."""
     T = max(st.attn.shape[1] for _, st in parts)
-    inverse = _inverse([rows for rows, _ in parts], parts[0][1].attn.device)
-
-    def left(x):
-        return F.pad(x, (0, 0, T - x.shape[-2], 0)) if x.dim() == 4 else F.pad(x, (T - x.shape[-1], 0))
-
+    device = parts[0][1].attn.device
+    flat = [[p if isinstance(p, list) else [p] for p in at] for at, _ in parts]
+    dest = [torch.tensor([p for ps in at for p in ps], device=device) for at in flat]
+    src = [torch.tensor([j for j, ps in enumerate(at) for _ in ps], device=device) for at in flat]
+    whole = [all(len(ps) == 1 for ps in at) for at in flat]  # no row copied twice: no gather
+    B = sum(map(len, dest))
+    attn = parts[0][1].attn.new_zeros((B, T))
+    n = [0] * B
+    for (_, st), at, d, j in zip(parts, flat, dest, src):
+        attn[d, T - st.attn.shape[1] :] = st.attn[j]
+        for ps, k in zip(at, st.n):
+            for p in ps:
+                n[p] = k
     cache = parts[-1][1].cache
-    for layer, *others in zip(cache.layers, *(st.cache.layers for _, st in parts[:-1])):
-        group = others + [layer]
-        layer.keys = torch.cat([left(g.keys) for g in group])[inverse]
-        layer.values = torch.cat([left(g.values) for g in group])[inverse]
-    attn = torch.cat([left(st.attn) for _, st in parts])[inverse]
-    n = [0] * len(inverse)
-    for rows, st in parts:
-        for i, k in zip(rows, st.n):
-            n[i] = k
+    for li, layer in enumerate(cache.layers):
+        bufs = []
+        for name in ("keys", "values"):
+            xs = [getattr(st.cache.layers[li], name) for _, st in parts]
+            _, H, _, D = xs[0].shape
+            buf = xs[0].new_zeros((B, H, T + room, D))  # zeros: the padding and the room are read, masked
+            for x, d, j, w in zip(xs, dest, src, whole):
+                buf[:, :, T - x.shape[2] : T][d] = x if w else x[j]
+            bufs.append(buf)
+        if room:
+            cache.layers[li] = ReservedLayer(layer, room, bufs)
+        else:
+            layer.keys, layer.values = bufs
     return Encoded(cache, attn, n)
 
 

@@ -160,6 +160,26 @@ def test_decoding_into_a_reserved_cache_equals_decoding_by_concatenation(way, mo
         torch.testing.assert_close(a.values, b.values, atol=1e-6, rtol=0)
 
 
+def test_a_prefill_with_the_replys_room_is_prefill_then_reserve_without_the_copy():
+    """Prompts of different lengths, one of them twice: prefill(room=5) gives the same state as
+    prefill and then reserving 5 columns, its layers already ReservedLayer, so the Decoder copies
+    nothing more (its rooms are prefill's buffers)."""
+    policy = lora_policy("")
+    news = [IDS[0].tolist(), IDS[1, :4].tolist(), IDS[0].tolist(), IDS[2, :9].tolist()]
+    with torch.no_grad():
+        plain_logits, plain = prefill(policy.model, news, [0] * 4, None, 0, "cpu")
+        Decoder(policy.model, plain, 5)  # reserves: copies every layer into a new room
+        logits, roomy = prefill(policy.model, news, [0] * 4, None, 0, "cpu", room=5)
+        rooms = [layer.room[0].data_ptr() for layer in roomy.cache.layers]
+        Decoder(policy.model, roomy, 5)
+    assert [layer.room[0].data_ptr() for layer in roomy.cache.layers] == rooms
+    torch.testing.assert_close(logits, plain_logits, atol=0, rtol=0)
+    assert torch.equal(roomy.attn, plain.attn) and roomy.n == plain.n
+    for a, b in zip(plain.cache.layers, roomy.cache.layers):
+        assert isinstance(b, ReservedLayer) and a.room[0].shape == b.room[0].shape
+        assert torch.equal(a.room[0], b.room[0]) and torch.equal(a.room[1], b.room[1])
+
+
 class FSDPLikeWrapper(torch.nn.Module):
     """A layer wrapped the way FSDP wraps it in place: its weights' names gain `_fsdp_wrapped_module.`"""
 
