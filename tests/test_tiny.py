@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-import torch
 from safetensors.torch import load_file
 
 import config
@@ -41,8 +40,16 @@ def test_a_missing_tiny_policy_names_its_build_command_and_builds_nothing(no_ser
     assert not os.listdir(tmp_path)
 
 
-def test_the_shipped_policy_equals_a_fresh_build_with_the_same_seed(tmp_path):
-    """Bit for bit: the tokenizer, the config and every tensor (one torch thread; ~2 min on 2 cores)."""
+BUILD_TOLERANCE = 1e-4
+"""How far (absolute) a fresh build's weights may be from the shipped ones: float rounding only."""
+
+
+def test_the_shipped_policy_is_a_fresh_build_with_the_same_seed_up_to_rounding(tmp_path):
+    """The tokenizer and the config exactly, every tensor within BUILD_TOLERANCE (one torch thread;
+    ~2 min on 2 cores). Not bit for bit: the shipped weights came from the update's forward before
+    its shared prompts ran in length buckets, which rounds differently (7e-6 at most after the 200
+    warm-up steps); they are kept, since every figure of the demo was measured with them. A build
+    that missed a step, a seed or a row would differ by orders of magnitude more."""
     out = str(tmp_path / "built")
     env = dict(os.environ, OMP_NUM_THREADS="1")
     command = [sys.executable, "-m", "tiny", "build", "--env", "babyai", "--seed", "0", "--out", out]
@@ -59,5 +66,7 @@ def test_the_shipped_policy_equals_a_fresh_build_with_the_same_seed(tmp_path):
     built = load_file(os.path.join(out, "model.safetensors"))
     ours = load_file(os.path.join(shipped, "model.safetensors"))
     assert sorted(built) == sorted(ours)
-    differ = [name for name in ours if not torch.equal(built[name], ours[name])]
-    assert not differ, f"tensors that differ: {differ}"
+    differ = {name: float((built[name] - ours[name]).abs().max()) for name in ours}
+    assert max(differ.values()) <= BUILD_TOLERANCE, (
+        f"largest differences: {sorted(differ.items(), key=lambda x: -x[1])[:5]}"
+    )
