@@ -232,20 +232,20 @@ def prefill(model, news, starts, past, pad, device, room: int = 0):
             device,
         )
         parts.append(([places[k] for k in b], logits, state))
-    order, source = _copies([at for at, _, _ in parts], device)
-    logits = torch.cat([lg for _, lg, _ in parts])[source][order]
+    logits = parts[0][1].new_empty((len(news), parts[0][1].shape[-1]))  # (B, V)
+    for at, lg, _ in parts:
+        d, j = _places(at, device)
+        logits[d] = lg[j]
     return logits, join([(at, st) for at, _, st in parts], room)
 
 
-def _copies(places: list[list], device) -> tuple[torch.Tensor, torch.Tensor]:
-    """For parts whose rows go to `places` (per part, per row, its place in the joined batch or
-    a list of them), the places' order and which row of the parts (counted part after part) each
-    copy is of: rows[source][order] puts the parts' rows, copied, in the order 0..B-1."""
-    flat = [p if isinstance(p, list) else [p] for part in places for p in part]
-    source = torch.tensor([k for k, ps in enumerate(flat) for _ in ps])
-    order = torch.empty(len(source), dtype=torch.long)
-    order[torch.tensor([p for ps in flat for p in ps])] = torch.arange(len(source))
-    return order.to(device), source.to(device)
+def _places(at: list, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """A part's rows and where `join` puts them (`at`: per row, its place or a list of places):
+    (d, j), the places and, for each, the part's row copied there."""
+    lists = [p if isinstance(p, list) else [p] for p in at]
+    d = torch.tensor([p for ps in lists for p in ps], device=device)
+    j = torch.tensor([k for k, ps in enumerate(lists) for _ in ps], device=device)
+    return d, j
 
 
 def join(parts: list[tuple[list, Encoded]], room: int = 0) -> Encoded:
@@ -257,19 +257,14 @@ def join(parts: list[tuple[list, Encoded]], room: int = 0) -> Encoded:
     would copy them five times. The parts' caches are consumed: the joined one is the last part's
     cache object, refilled."""
     T = max(st.attn.shape[1] for _, st in parts)
-    device = parts[0][1].attn.device
-    flat = [[p if isinstance(p, list) else [p] for p in at] for at, _ in parts]
-    dest = [torch.tensor([p for ps in at for p in ps], device=device) for at in flat]
-    src = [torch.tensor([j for j, ps in enumerate(at) for _ in ps], device=device) for at in flat]
-    whole = [all(len(ps) == 1 for ps in at) for at in flat]  # no row copied twice: no gather
-    B = sum(map(len, dest))
+    places = [_places(at, st.attn.device) for at, st in parts]
+    B = sum(len(d) for d, _ in places)
     attn = parts[0][1].attn.new_zeros((B, T))
     n = [0] * B
-    for (_, st), at, d, j in zip(parts, flat, dest, src):
+    for (_, st), (d, j) in zip(parts, places):
         attn[d, T - st.attn.shape[1] :] = st.attn[j]
-        for ps, k in zip(at, st.n):
-            for p in ps:
-                n[p] = k
+        for p, k in zip(d.tolist(), j.tolist()):
+            n[p] = st.n[k]
     cache = parts[-1][1].cache
     for li, layer in enumerate(cache.layers):
         bufs = []
@@ -277,8 +272,8 @@ def join(parts: list[tuple[list, Encoded]], room: int = 0) -> Encoded:
             xs = [getattr(st.cache.layers[li], name) for _, st in parts]
             _, H, _, D = xs[0].shape
             buf = xs[0].new_zeros((B, H, T + room, D))  # zeros: the padding and the room are read, masked
-            for x, d, j, w in zip(xs, dest, src, whole):
-                buf[:, :, T - x.shape[2] : T][d] = x if w else x[j]
+            for x, (d, j) in zip(xs, places):  # (a part whose rows go once each needs no gather)
+                buf[:, :, T - x.shape[2] : T][d] = x if len(d) == len(x) else x[j]
             bufs.append(buf)
         if room:
             cache.layers[li] = ReservedLayer(layer, room, bufs)

@@ -251,16 +251,14 @@ def agent_states(
     if len(prompts) == len(live) or not contiguous or () in prompts or one_pass_only(model):
         h = decoder(input_ids=ids, attention_mask=attn, position_ids=position_ids(attn)).last_hidden_state
         return h[rows, cols - 1]
-    texts = list(prompts)  # u -> its tokens
+    texts, spans = list(prompts), (start, first, stop)  # texts: u -> its tokens
     states, order = [], []
     for bucket in length_buckets([len(x) for x in texts]):
-        local = {texts[u]: k for k, u in enumerate(bucket)}  # this bucket's prompts, numbered from 0
-        mine = [(b, local[texts[u]]) for b, u in zip(live, which) if texts[u] in local]
+        local = {u: k for k, u in enumerate(bucket)}  # this bucket's prompts, numbered from 0
+        mine = [(b, local[u]) for b, u in zip(live, which) if u in local]
         picked = torch.isin(rows, torch.tensor([b for b, _ in mine], device=ids.device)).nonzero().squeeze(-1)
-        spans = (start, first, stop)
-        states.append(
-            shared_prompt_states(decoder, ids, attn, spans, local, mine, rows[picked], cols[picked])
-        )
+        own = {texts[u]: k for u, k in local.items()}
+        states.append(shared_prompt_states(decoder, ids, attn, spans, own, mine, rows[picked], cols[picked]))
         order.append(picked)
     order_t = torch.cat(order)
     back = torch.empty_like(order_t)
