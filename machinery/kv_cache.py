@@ -6,12 +6,14 @@ the `Encoded` state it returns, one token a step (`Decoder`); in whole-conversat
 ended, `Encoded.compact` the holes), so that the next turn encodes only the tokens each stream
 gained. Nothing here samples or knows an environment.
 
-Three things keep the prefill's cost (per token, padding included) near the real tokens':
+Four things keep the prefill's cost (per token, padding included) near the real tokens':
 1. a prompt repeated in the batch (a GRPO group's first turn) is encoded once, its cache rows copied;
 2. new tokens of very different lengths go in buckets of similar length (BUCKET_SPREAD), each on
    its own rows' share of the cache, the buckets' caches joined again, left-padded, for decoding;
 3. a kept cache is compacted before each turn: each row's real columns right-aligned, so it is as
-   wide as its longest stream, not as the sum of every turn's longest observation and reply.
+   wide as its longest stream, not as the sum of every turn's longest observation and reply;
+4. the last layer runs its queries, attention and MLP at the last column only, where the next
+   token's logits are read (`last_column_only`); the other columns need only its keys and values.
 Position ids are always given explicitly, so where a token sits in the cache changes nothing the
 model computes (tests/test_kv_cache.py checks every path against encoding each stream afresh).
 
@@ -25,7 +27,10 @@ back when the turn's decoding is done. A decode step's attention (`decode_attent
 cache once, at the bandwidth the CPU has, where torch's SDPA kernel for one query spends 2-3x that.
 """
 
+import contextlib
 import copy
+import functools
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -34,6 +39,7 @@ from transformers import AttentionInterface
 from transformers.cache_utils import DynamicLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 
 @dataclass
@@ -166,15 +172,71 @@ def encode(model, news: list[list[int]], starts: list[int], past: Encoded | None
         pos[i, W - len(x) :] = torch.arange(s, s + len(x))
     new_attn = new_attn.to(device)
     attn = new_attn if past is None else torch.cat([past.attn, new_attn], dim=1)
-    out = model(
-        input_ids=ids.to(device),
-        attention_mask=attn,
-        position_ids=pos.to(device),
-        cache=past.cache if past is not None else None,
-        use_cache=True,
-        logits_to_keep=1,
-    )
+    with last_column_only(model):  # only the last column's logits are read; the rest, through the cache
+        out = model(
+            input_ids=ids.to(device),
+            attention_mask=attn,
+            position_ids=pos.to(device),
+            cache=past.cache if past is not None else None,
+            use_cache=True,
+            logits_to_keep=1,
+        )
     return out.logits[:, -1, :], Encoded(out.cache, attn, [s + len(x) for s, x in zip(starts, news)])
+
+
+LAST_COLUMN_LAYERS = ("LlamaDecoderLayer", "Qwen2DecoderLayer")  # the layers `last_column_only` knows
+LAST_COLUMN_ATTENTION = ("sdpa", "eager", "decode")  # the attentions whose 4D mask it can cut to a row
+
+
+@contextlib.contextmanager
+def last_column_only(model):
+    """Within it, `model`'s last decoder layer computes its keys and values at every column of the
+    forward, and its output at the last column only. A prompt's last-layer outputs are read at one
+    column: the rollout's prefill reads the next token's logits there (`encode`), the update the
+    state that predicts the first reply token (logprobs.prompt_pass); every later token reads the
+    prompt through the cache, that is through the layer's keys and values. So the last layer's
+    queries, attention, output projection and MLP run on one column instead of every one: for the
+    tiny policy (2 layers; prompts of 58-220 tokens, replies of a few) close to half of each
+    prompt's arithmetic, forward and backward. The keys, values and last column are the plain
+    forward's (tests/test_kv_cache.py). Other models (another layer, a sliding window, an attention
+    whose mask is not a 4D tensor) run their plain forward."""
+    layer = model.get_decoder().layers[-1]
+    known = type(layer).__name__ in LAST_COLUMN_LAYERS and not sliding(model)
+    if not known or model.config._attn_implementation not in LAST_COLUMN_ATTENTION:
+        yield
+        return
+    layer.forward = functools.partial(_last_column_forward, layer)
+    try:
+        yield
+    finally:
+        del layer.forward  # the class's forward again
+
+
+def _last_column_forward(
+    layer, hidden_states, attention_mask=None, position_embeddings=None, cache=None, **kw
+):
+    """A Llama/Qwen2 decoder layer (transformers' LlamaDecoderLayer and its attention, the same
+    steps), its queries and everything after them at the last column only: (B, T, H) -> (B, 1, H)."""
+    attn = layer.self_attn
+    B, T, _ = hidden_states.shape
+    x = layer.input_layernorm(hidden_states)
+
+    def heads(proj, x):  # (B, t, H) -> (B, heads, t, head_dim)
+        return proj(x).view(B, x.shape[1], -1, attn.head_dim).transpose(1, 2)
+
+    q, k, v = heads(attn.q_proj, x[:, -1:]), heads(attn.k_proj, x), heads(attn.v_proj, x)
+    modeling = sys.modules[type(attn).__module__]
+    cos, sin = position_embeddings  # (B, T, head_dim)
+    q = modeling.apply_rotary_pos_emb(q, q, cos[:, -1:], sin[:, -1:])[0]
+    k = modeling.apply_rotary_pos_emb(k, k, cos, sin)[1]
+    if cache is not None:
+        k, v = cache.update(k, v, attn.layer_idx)
+    mask = None if attention_mask is None else attention_mask[:, :, -1:]  # the last query's row
+    eager = modeling.eager_attention_forward
+    attend = ALL_ATTENTION_FUNCTIONS.get_interface(attn.config._attn_implementation, eager)
+    out, _ = attend(attn, q, k, v, mask, dropout=0.0, scaling=attn.scaling)  # (B, 1, heads, head_dim)
+    h = hidden_states[:, -1:] + attn.o_proj(out.reshape(B, 1, -1))
+    return h + layer.mlp(layer.post_attention_layernorm(h))
 
 
 BUCKET_SPREAD = 1.25  # a prefill bucket's longest prompt is at most this times its shortest

@@ -47,7 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from machinery.kv_cache import cache_rows, length_buckets, sliding
+from machinery.kv_cache import cache_rows, last_column_only, length_buckets, sliding
 
 CHUNK_ELEMENTS = 2**25
 """Default chunk: C = CHUNK_ELEMENTS // V positions, so one (C, V) float32 tensor is 128 MiB."""
@@ -211,14 +211,18 @@ def one_pass_only(model) -> bool:
 
 def prompt_pass(decoder, prompts: dict[tuple, int], ids: torch.Tensor, attn: torch.Tensor):
     """The distinct prompts (token tuple -> its index u), left-padded to (U, P), run once with a
-    cache: the decoder's output and the (U, P) attention mask."""
+    cache: the decoder's output at the last column (each prompt's last token: it predicts the
+    first reply token; the rest read the prompt through the cache) and the (U, P) attention mask."""
     U, P = len(prompts), max(map(len, prompts))
     p_ids = torch.zeros((U, P), dtype=ids.dtype, device=ids.device)
     p_attn = torch.zeros((U, P), dtype=attn.dtype, device=ids.device)
     for x, u in prompts.items():
         p_ids[u, P - len(x) :] = torch.tensor(x, device=ids.device)
         p_attn[u, P - len(x) :] = 1
-    out = decoder(input_ids=p_ids, attention_mask=p_attn, position_ids=position_ids(p_attn), use_cache=True)
+    with last_column_only(decoder):
+        out = decoder(
+            input_ids=p_ids, attention_mask=p_attn, position_ids=position_ids(p_attn), use_cache=True
+        )
     return out, p_attn
 
 
@@ -270,14 +274,13 @@ def shared_prompt_states(decoder, ids, attn, spans, prompts: dict[tuple, int], m
     """One bucket of `agent_states`: its distinct prompts (token tuple -> u) run once, then the rest
     of each of its rows (`mine`: (row, u) pairs) on a copy of its prompt's cache:
 
-        prompts  (U, P) left-padded      -> states (U, P, H), cache per layer (U, heads, P, d)
-        the rest (R, C) right-padded     -> states (R, C, H), attending to cache[which]
+        prompts  (U, P) left-padded  -> states (U, 1, H) at the last column, cache (U, heads, P, d)
+        the rest (R, C) right-padded -> states (R, C, H), attending to cache[which]
 
     `spans`: each row's first real column, first agent column and one past its last (B,) each.
     Returns the (n, H) states that predict the agent tokens (rows, cols), all in these rows."""
     start, first, stop = spans
     out, p_attn = prompt_pass(decoder, prompts, ids, attn)
-    P = p_attn.shape[1]
     live_t = torch.tensor([b for b, _ in mine], device=ids.device)
     which_t = torch.tensor([u for _, u in mine], device=ids.device)
     cache = cache_rows(out.cache, which_t)  # each row's copy of its prompt's keys and values
@@ -300,7 +303,7 @@ def shared_prompt_states(decoder, ids, attn, spans, prompts: dict[tuple, int], m
     at[live_t] = torch.arange(len(mine), device=ids.device)
     k = at[rows]  # (n,) each agent token's row among `mine`
     j = cols - 1 - first[rows]
-    from_prompt = out.last_hidden_state[which_t[k], P - 1]  # (n, H)
+    from_prompt = out.last_hidden_state[which_t[k], -1]  # (n, H)
     from_rest = h_rest[k, j.clamp(min=0)]  # (n, H)
     return torch.where((j < 0).unsqueeze(-1), from_prompt, from_rest)
 

@@ -4,6 +4,8 @@ picks the same tokens with the same log-probs as the rollout that encodes every 
 and prompts of very different lengths prefilled in length buckets give what each prompt alone
 gives. For the tiny policy and for a randomly initialised small Llama (another architecture)."""
 
+import contextlib
+
 import pytest
 import torch
 
@@ -150,3 +152,95 @@ def test_new_tokens_bucketed_after_a_kept_cache_equal_a_fresh_pass(tiny_path, ma
     assert kept[0] == fresh[0]
     for x, y in zip(kept[1], fresh[1]):
         torch.testing.assert_close(torch.tensor(x), torch.tensor(y), atol=1e-4, rtol=0)
+
+
+def small_model(kind: str, attention: str = "sdpa", **extra):
+    """A random 2-layer model of `kind` (Llama with grouped key/value heads, or Qwen2)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    cfg = AutoConfig.for_model(
+        kind,
+        vocab_size=97,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        attn_implementation=attention,
+        **extra,
+    )
+    return AutoModelForCausalLM.from_config(cfg).eval()
+
+
+def last_layer_rows(model) -> list[int]:
+    """Every call of the last layer's MLP, as it runs: how many positions it computed."""
+    seen = []
+    mlp = model.get_decoder().layers[-1].mlp
+    mlp.register_forward_hook(lambda m, i, o: seen.append(i[0].shape[0] * i[0].shape[1]))
+    return seen
+
+
+def padded_prompts(lengths: list[int], width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Random prompts, left-padded to `width`: ids, mask and position ids (B, width) each."""
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(1, 97, (len(lengths), width), generator=g)
+    attn = torch.zeros_like(ids)
+    for b, n in enumerate(lengths):
+        attn[b, width - n :] = 1
+    return ids * attn, attn, (attn.cumsum(-1) - 1).clamp(min=0)
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "llama"])
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+@pytest.mark.parametrize("lengths", [[9, 14, 5], [14, 14, 14]], ids=["left-padded", "no-padding"])
+def test_the_last_layer_at_the_last_column_only_gives_the_plain_logits_and_cache(kind, attention, lengths):
+    """A prompt's forward with `last_column_only`: the last layer's MLP runs on one column per row,
+    and the next-token logits and every layer's keys and values are the plain forward's, for a
+    fresh prompt and for new tokens after a kept cache."""
+    from transformers import DynamicCache
+
+    from machinery.kv_cache import last_column_only
+
+    model = small_model(kind, attention)
+    seen = last_layer_rows(model)
+    ids, attn, pos = padded_prompts(lengths, 14)
+    more, more_attn, _ = padded_prompts([4, 6, 6], 6)
+    more_pos = pos[:, -1:] + 1 + (more_attn.cumsum(-1) - 1).clamp(min=0)
+    outs = []
+    with torch.no_grad():
+        for cut in (False, True):
+            cache, logits = DynamicCache(config=model.config), []
+            for x, a, p, past in ((ids, attn, pos, None), (more, more_attn, more_pos, attn)):
+                a = a if past is None else torch.cat([past, a], dim=1)
+                with last_column_only(model) if cut else contextlib.nullcontext():
+                    out = model(input_ids=x, attention_mask=a, position_ids=p, cache=cache, logits_to_keep=1)
+                logits.append(out.logits[:, -1])
+            outs.append((logits, cache))
+    assert seen == [3 * 14, 3 * 6, 3, 3]  # plain: every column; cut: one per row
+    (plain, plain_cache), (cut, cut_cache) = outs
+    for a, b in zip(plain, cut):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    for a, b in zip(plain_cache.layers, cut_cache.layers):
+        torch.testing.assert_close(a.keys, b.keys, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(a.values, b.values, rtol=1e-5, atol=1e-5)
+    assert "forward" not in vars(model.get_decoder().layers[-1])  # the class's own forward again
+
+
+@pytest.mark.parametrize(
+    "kind, attention, extra",
+    [
+        ("mistral", "sdpa", {"sliding_window": 4}),  # a window: its cache keeps only the last columns
+        ("gemma", "sdpa", {}),  # another layer (its norms and scaled embeddings)
+        ("llama", "flex_attention", {}),  # a mask that is not a 4D tensor
+    ],
+)
+def test_a_model_it_does_not_know_runs_its_plain_forward(kind, attention, extra):
+    from machinery.kv_cache import last_column_only
+
+    model = small_model(kind, attention, **extra)
+    seen = last_layer_rows(model)
+    ids, attn, pos = padded_prompts([9, 14, 5], 14)
+    with torch.no_grad(), last_column_only(model):
+        out = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=1)
+    assert seen == [3 * 14] and out.logits.shape == (3, 1, 97)

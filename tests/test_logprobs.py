@@ -241,3 +241,24 @@ def test_a_left_padded_batch_whose_rows_share_a_prompt_gets_the_plain_logprobs(k
     ref_lp, ref_ent = full_logprobs(model, ids, attn, temperature=0.8, with_entropy=True)
     torch.testing.assert_close(lp, ref_lp[rows, cols], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(ent, ref_ent[rows, cols], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "llama"])
+def test_a_shared_prompts_last_layer_runs_at_its_last_column_only(kind):
+    """The prompts' pass reads its last layer's output at each prompt's last token only (the rest
+    reads the prompt through the cache): the last layer's MLP sees one column per prompt there,
+    every column of the rows' rests, and the whole batch in the plain pass."""
+    ids, attn, loss_mask, _, _ = shared_prompt_batch(masked=False)
+    rows, cols = predicting_positions(loss_mask)
+    model = small_model(kind)
+    seen = []
+    model.get_decoder().layers[-1].mlp.register_forward_hook(
+        lambda m, i, o: seen.append(tuple(i[0].shape[:2]))
+    )
+    passes = watch_passes(model)
+    agent_logprobs(model, ids, attn, rows, cols)
+    assert [s for s, (_, _, rest) in zip(seen, passes) if not rest] == [(1, 1), (1, 1), (1, 1)]
+    assert [s for s, (n, w, rest) in zip(seen, passes) if rest] == [(n, w) for n, w, rest in passes if rest]
+    seen.clear()
+    full_logprobs(model, ids, attn)
+    assert seen == [tuple(ids.shape)]
