@@ -134,7 +134,7 @@ def main(argv=None) -> int:
     elif args.train:
         if found:
             print("training anyway: watch what the failing cases do to learning")
-        print(f"training: {args.steps} GRPO steps on BabyAI with the shipped tiny policy (~18 s for 10)")
+        print(f"training: {args.steps} GRPO steps on BabyAI with the shipped tiny policy (~15 s for 10)")
         summary = train_with(fn or student_function(2), steps=args.steps)
         before, after = summary["eval_before"]["success_rate"], summary["eval_after"]["success_rate"]
         verdict = "learned" if after > before else "no gain"
