@@ -213,12 +213,14 @@ def last_column_only(model):
 
 
 def _last_column_forward(
-    layer, hidden_states, attention_mask=None, position_embeddings=None, cache=None, **kw
+    layer, hidden_states, attention_mask=None, position_embeddings=None, cache=None, **_
 ):
     """A Llama/Qwen2 decoder layer (transformers' LlamaDecoderLayer and its attention, the same
-    steps), its queries and everything after them at the last column only: (B, T, H) -> (B, 1, H)."""
+    steps), its queries and everything after them at the last column only: (B, T, H) -> (B, 1, H).
+    (`_`: the decoder's other arguments, position ids and use_cache, which the cache and the
+    rotary embeddings already carry.)"""
     attn = layer.self_attn
-    B, T, _ = hidden_states.shape
+    B = hidden_states.shape[0]
     x = layer.input_layernorm(hidden_states)
 
     def heads(proj, x):  # (B, t, H) -> (B, heads, t, head_dim)
