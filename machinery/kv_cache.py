@@ -226,11 +226,14 @@ def _last_column_forward(
     def heads(proj, x):  # (B, t, H) -> (B, heads, t, head_dim)
         return proj(x).view(B, x.shape[1], -1, attn.head_dim).transpose(1, 2)
 
-    q, k, v = heads(attn.q_proj, x[:, -1:]), heads(attn.k_proj, x), heads(attn.v_proj, x)
     modeling = sys.modules[type(attn).__module__]
+
+    def rotate(x, cos, sin):  # (B, heads, t, head_dim): apply_rotary_pos_emb's formula, one tensor
+        return x * cos.unsqueeze(1) + modeling.rotate_half(x) * sin.unsqueeze(1)
+
     cos, sin = position_embeddings  # (B, T, head_dim)
-    q = modeling.apply_rotary_pos_emb(q, q, cos[:, -1:], sin[:, -1:])[0]
-    k = modeling.apply_rotary_pos_emb(k, k, cos, sin)[1]
+    q = rotate(heads(attn.q_proj, x[:, -1:]), cos[:, -1:], sin[:, -1:])
+    k, v = rotate(heads(attn.k_proj, x), cos, sin), heads(attn.v_proj, x)
     if cache is not None:
         k, v = cache.update(k, v, attn.layer_idx)
     mask = None if attention_mask is None else attention_mask[:, :, -1:]  # the last query's row

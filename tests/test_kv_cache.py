@@ -2,7 +2,9 @@
 cache across turns conditions on exactly the stored trajectory tokens, so with greedy decoding it
 picks the same tokens with the same log-probs as the rollout that encodes every prompt afresh;
 and prompts of very different lengths prefilled in length buckets give what each prompt alone
-gives. For the tiny policy and for a randomly initialised small Llama (another architecture)."""
+gives. For the tiny policy and for a randomly initialised small Llama (another architecture).
+And a prompt's last layer computed at its last column only (`last_column_only`) gives the plain
+forward's logits and cache, and leaves a model it does not know to its plain forward."""
 
 import contextlib
 
@@ -236,6 +238,7 @@ def test_the_last_layer_at_the_last_column_only_gives_the_plain_logits_and_cache
     ],
 )
 def test_a_model_it_does_not_know_runs_its_plain_forward(kind, attention, extra):
+    """Every column of the last layer is computed, as without `last_column_only`."""
     from machinery.kv_cache import last_column_only
 
     model = small_model(kind, attention, **extra)
