@@ -199,8 +199,10 @@ def last_column_only(model):
     tiny policy (2 layers; prompts of 58-220 tokens, replies of a few) close to half of each
     prompt's arithmetic, forward and backward. The keys, values and last column are the plain
     forward's (tests/test_kv_cache.py). Other models (another layer, a sliding window, an attention
-    whose mask is not a 4D tensor) run their plain forward."""
-    layer = model.get_decoder().layers[-1]
+    whose mask is not a 4D tensor, a decoder that keeps its blocks elsewhere than `.layers`: GPT-2,
+    Falcon, Bloom...) run their plain forward (tests/test_architectures.py)."""
+    layers = getattr(model.get_decoder(), "layers", None)  # GPT-2's blocks are `.h`, MPT's `.blocks`
+    layer = layers[-1] if layers else None
     known = type(layer).__name__ in LAST_COLUMN_LAYERS and not sliding(model)
     if not known or model.config._attn_implementation not in LAST_COLUMN_ATTENTION:
         yield
@@ -435,9 +437,18 @@ def decode_attention(module, query, key, value, attention_mask, scaling=None, **
     (docs/speed_smollm2.md). A reserved cache's keys and values are views of its room
     (`ReservedLayer`), which a batched matmul would copy whole (its batch stride is the room's):
     the matmuls read the whole room instead, its unfilled columns (zeros) masked out.
-    Anything else (a prompt's forward, training, a model whose attention has sinks or a soft cap)
-    goes to SDPA. transformers calls it by the name "decode" (`use_decode_attention`)."""
-    if query.shape[2] != 1 or module.training or kwargs.get("s_aux") is not None or kwargs.get("softcap"):
+    A prompt's forward and training go to SDPA; a model whose attention has sinks or a soft cap
+    (gpt-oss, Gemma 2), which SDPA refuses, to its own eager attention, the mask made additive.
+    transformers calls it by the name "decode" (`use_decode_attention`)."""
+    if kwargs.get("s_aux") is not None or kwargs.get("softcap"):
+        eager = sys.modules[type(module).__module__].eager_attention_forward
+        if attention_mask is not None and attention_mask.dtype == torch.bool:  # SDPA's: True where it counts
+            block = torch.finfo(query.dtype).min
+            attention_mask = torch.zeros_like(attention_mask, dtype=query.dtype).masked_fill(
+                ~attention_mask, block
+            )
+        return eager(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
+    if query.shape[2] != 1 or module.training:
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, **kwargs)
     B, H, _, D = query.shape
     T = key.shape[2]

@@ -100,17 +100,20 @@ def test_stored_logprobs_equal_the_training_forward_in_float32_at_temperature_07
 
 
 @pytest.mark.parametrize("make", list(MAKERS))
-def test_under_bf16_autocast_the_sampler_is_close_to_the_training_forward_but_not_equal(tiny_path, make):
+def test_under_bf16_autocast_the_sampler_runs_in_bf16_within_bf16s_tolerance(tiny_path, make):
     """bf16 generation runs the model in bf16 (before: in float32, whatever --mixed-precision said),
-    so its log-probs are the bf16 model's, to bf16 rounding; not equal to the full forward's,
-    which is why train.py recomputes pi_old under --mixed-precision."""
+    so its log-probs are the bf16 model's, within bf16's tolerance of the training forward's. How
+    far below that tolerance depends on the kernels the CPU's instruction set selects (1.3e-5 on an
+    AVX2 machine, 2e-5 and more on AVX-512), so nothing here asserts how imprecise bf16 is; that the
+    sampler's log-probs are not the update's pi_old is test_a_bf16_run_recomputes_pi_old_and_its_
+    first_minibatch_is_on_policy's claim."""
     policy = MAKERS[make](tiny_path)
     seen = []
     down = policy.model.get_decoder().layers[0].mlp.down_proj
     down.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
     g = gap(policy, torch.bfloat16)
     assert set(seen) == {torch.bfloat16}  # sampler and update both ran their matmuls in bf16
-    assert FP32_TOL / 10 < g < BF16_TOL, g
+    assert g < BF16_TOL, g
 
 
 def test_dropout_is_off_so_train_mode_scores_like_eval_mode():
