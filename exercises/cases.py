@@ -30,7 +30,9 @@ class Problem:
     reference: Callable  # the project's function, or a thin driver of it
     cases: Callable[[], list[Case]]  # built on demand (problem 1's need a tokenizer)
     run: Callable = lambda fn, inputs: fn(**inputs)  # (function, inputs) -> what is compared
-    hidden: tuple = field(default=())  # inputs not worth printing (a tokenizer)
+    handed: Callable[[dict], dict] = lambda inputs: {}  # what `run` builds from the inputs and hands
+    # the function (problem 7's batch, problem 8's spec): shown with the inputs when a case fails
+    hidden: dict = field(default_factory=dict)  # input -> what it is, for one not worth printing
 
 
 # --- problem 1: the loss mask of a multi-turn conversation -------------------------------------
@@ -196,13 +198,25 @@ def clipped_loss_cases() -> list[Case]:
 
 
 def loss_and_gradient(fn, inputs):
-    """The loss and its gradient with respect to logp: a loss with the right value and the wrong
-    gradient (a detach, a clamp on the wrong side) still trains the wrong thing."""
+    """The loss and its gradient with respect to every input that carries one in training: logp,
+    and the entropy (computed from the same logits) where a case gives one. A loss with the right
+    value and the wrong gradient (a detach, a clamp on the wrong side) still trains the wrong thing."""
     logp = inputs["logp"].clone().requires_grad_(True)
-    out = fn(**dict(inputs, logp=logp))
+    entropy = inputs["entropy"]
+    if entropy is not None:
+        entropy = entropy.clone().requires_grad_(True)
+    out = fn(**dict(inputs, logp=logp, entropy=entropy))
     loss = out[0] if isinstance(out, tuple) else out
     loss.backward()
-    return {"loss": loss.detach(), "gradient of the loss w.r.t. logp": logp.grad}
+    found = {"loss": loss.detach(), "gradient of the loss w.r.t. logp": _grad(logp)}
+    if entropy is not None:
+        found["gradient of the loss w.r.t. entropy"] = _grad(entropy)
+    return found
+
+
+def _grad(x: torch.Tensor) -> torch.Tensor:
+    """x's gradient; zeros where the loss never reached x (a detached input has no gradient)."""
+    return x.grad if x.grad is not None else torch.zeros_like(x)
 
 
 # --- problem 4: GAE ------------------------------------------------------------------------------
@@ -277,8 +291,18 @@ def gigpo_cases() -> list[Case]:
         groups=[3, 3, 3],
         anchors=[[red], ["you see  a RED ball"], [" you see a red ball "]],
     )
+    babyai = dict(  # the rewards of BabyAI, 1 - 0.9 * steps / budget: 0.925 is not exact in float32
+        rewards=[0.925] * 8 + [0.7, 0.0, 0.925],
+        groups=[0] * 8 + [1, 1, 1],
+        anchors=[[red, wall]] * 8 + [[red], [red, door], [red, wall]],
+    )
     return [
         Case("one group of four, the first state shared by all, later states by some", one),
+        Case(
+            "eight equal BabyAI rewards of 0.925 in one group (every turn must get exactly 0) "
+            "beside a mixed group",
+            babyai,
+        ),
         Case("two groups showing the same texts: anchors match within a group only", two),
         Case("step_norm 'mean': no division by the std at either level", dict(two, step_norm="mean")),
         Case("omega 0.5 and gamma 0.8", dict(one, omega=0.5, gamma=0.8)),
@@ -308,8 +332,15 @@ def reinforce_pp_cases() -> list[Case]:
         ),
         Case("the k1 KL in the reward (kl_coef 0.5)", dict(cfg, trajectories=whole + per_turn, kl_coef=0.5)),
         Case(
-            "equal rewards and no KL: every advantage exactly 0",
-            dict(cfg, trajectories=[(1.0, ["0011"])] * 3),
+            "equal rewards of 0.925 (BabyAI's; not exact in float32) and no KL: every advantage exactly 0",
+            dict(
+                cfg,
+                trajectories=[
+                    (0.925, ["0001110000111"]),
+                    (0.925, ["0001100011"]),
+                    (0.925, ["00111", "000111"]),
+                ],
+            ),
         ),
     ]
 
@@ -341,10 +372,15 @@ def reinforce_pp_batch(trajectories, kl_coef=0.0):
 
 
 def returns_and_advantages(fn, inputs):
-    cfg = SimpleNamespace(kl_coef=inputs["kl_coef"], gamma=inputs["gamma"], whiten_eps=inputs["whiten_eps"])
-    batch = reinforce_pp_batch(inputs["trajectories"], inputs["kl_coef"])
+    batch, cfg = reinforce_pp_handed(inputs).values()
     fn(batch, cfg)
     return {"returns": batch.returns, "advantages": batch.advantages}
+
+
+def reinforce_pp_handed(inputs) -> dict:
+    """The batch and cfg the function is handed, built afresh from the case's inputs."""
+    cfg = SimpleNamespace(kl_coef=inputs["kl_coef"], gamma=inputs["gamma"], whiten_eps=inputs["whiten_eps"])
+    return {"batch": reinforce_pp_batch(inputs["trajectories"], inputs["kl_coef"]), "cfg": cfg}
 
 
 # --- problem 8: the rollout loop ----------------------------------------------------------------
@@ -425,6 +461,15 @@ def rollout_run(fn, inputs):
     return {f"episode {i}": {k: getattr(t, k, None) for k in fields} for i, t in enumerate(out)}
 
 
+def rollout_handed(inputs) -> dict:
+    """What the rollout is handed besides the case's inputs: the corridor and its spec."""
+    from exercises.corridor import SPEC
+
+    spec = SimpleNamespace(**vars(SPEC))
+    spec.parse_action = "the text after the last 'Action:', stripped; '' without one"
+    return {"env": "Corridor(), a fresh one (exercises/corridor.py)", "spec": spec}
+
+
 def per_trajectory(fn, inputs):
     return {f"trajectory {i}, turn": a for i, a in enumerate(fn(**inputs))}
 
@@ -446,7 +491,7 @@ def _loop_problems() -> dict[int, Problem]:
             project_episode_row,
             loss_mask_cases,
             episode_row_run,
-            hidden=("tokenizer", "first_messages"),
+            hidden={"tokenizer": "a small ChatML tokenizer, the tiny policy's kind (cases.chat_tokenizer)"},
         ),
         3: Problem(
             "the clipped surrogate with the k3 KL",
@@ -474,6 +519,7 @@ def _loop_problems() -> dict[int, Problem]:
             project_rollout,
             rollout_cases,
             rollout_run,
+            rollout_handed,
         ),
     }
 
@@ -514,6 +560,7 @@ def _advantage_problems() -> dict[int, Problem]:
             reinforce_pp.advantages,
             reinforce_pp_cases,
             returns_and_advantages,
+            reinforce_pp_handed,
         ),
     }
 

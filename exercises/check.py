@@ -12,6 +12,7 @@ counts the rest. Exit code 0: every case agrees.
 """
 
 import argparse
+import dataclasses
 import importlib
 import json
 import os
@@ -55,15 +56,22 @@ def failures(n: int, fn=None) -> list[str]:
 
 
 def inputs(problem, case) -> str:
-    """The case's inputs in full, one a line (a minibatch's fields one a line too): what the case is
-    about is in them."""
+    """Every input the function reads, in full, one a line: the case's own, then what `run` builds
+    from them and hands the function (a batch, an environment); an object's fields one a line too.
+    What the case is about is in them."""
     shown = []
-    for k, v in case.inputs.items():
+    handed = {**case.inputs, **problem.handed(case.inputs)}
+    for k, v in handed.items():
         if k in problem.hidden:
+            shown.append(f"\n      {k}: {problem.hidden[k]}")
             continue
-        parts = vars(v).items() if isinstance(v, SimpleNamespace) else [(None, v)]
-        shown += [f"\n      {k}{'.' + f if f else ''}={show(x, None)}" for f, x in parts]
+        parts = [(f, x) for f, x in vars(v).items() if x is not None] if _has_fields(v) else [(None, v)]
+        shown += [f"\n      {k}{'.' + f if f else ''}={show(x)}" for f, x in parts]
     return "".join(shown)
+
+
+def _has_fields(v) -> bool:
+    return isinstance(v, SimpleNamespace) or dataclasses.is_dataclass(v)
 
 
 def report(n: int, fn=None) -> list[str]:

@@ -1,8 +1,8 @@
 """How the checker says what is wrong: compare what came back with what was expected, in words.
 
 Where it sits: `check.py` runs each case twice (the project's function, the student's) and asks
-`difference(expected, got)` for the first place they part, as one sentence; None when they agree.
-Tensors agree to 1e-5 (an all-equal GRPO group must give 0 to 1e-5, not float32 noise).
+`difference(expected, got)` for the first place they part, as one sentence, its values in full;
+None when they agree. Tensors agree to 1e-5 (an all-equal GRPO group must give 0 to 1e-5, not float32 noise).
 """
 
 import math
@@ -14,21 +14,21 @@ ATOL = RTOL = 1e-5
 WINDOW = 8  # items shown on each side of a difference in a long list
 
 
-def show(x, limit: int | None = 120) -> str:
-    """A short, readable form of a value: tensors and floats to 6 digits, cut at `limit` characters
-    (None: in full)."""
+def show(x) -> str:
+    """A readable form of a value, in full (a message or a row cut short hides what differs):
+    tensors and floats to 6 digits."""
     if torch.is_tensor(x):
-        text = f"tensor({show(x.tolist(), limit)}, dtype={x.dtype})" if x.dim() else f"{x.item():.6g}"
-    elif isinstance(x, float):
-        text = f"{x:.6g}"
-    elif isinstance(x, (list, tuple)):
-        inner = ", ".join(show(v, limit) for v in x)
-        text = f"[{inner}]" if isinstance(x, list) else f"({inner})"
-    elif hasattr(x, "__dict__") and not callable(x):  # a minibatch stand-in: its fields
-        text = f"{type(x).__name__}({', '.join(f'{k}={show(v, limit)}' for k, v in vars(x).items())})"
-    else:
-        text = repr(x)
-    return text if limit is None or len(text) <= limit else text[: limit - 5] + " ...]"
+        return f"tensor({show(x.tolist())}, dtype={x.dtype})" if x.dim() else f"{x.item():.6g}"
+    if isinstance(x, float):
+        return f"{x:.6g}"
+    if isinstance(x, (list, tuple)):
+        inner = ", ".join(show(v) for v in x)
+        return f"[{inner}]" if isinstance(x, list) else f"({inner})"
+    if isinstance(x, dict):
+        return "{" + ", ".join(f"{k!r}: {show(v)}" for k, v in x.items()) + "}"
+    if hasattr(x, "__dict__") and not callable(x):  # a minibatch stand-in: its fields
+        return f"{type(x).__name__}({', '.join(f'{k}={show(v)}' for k, v in vars(x).items())})"
+    return repr(x)
 
 
 def difference(expected, got, where: str = "") -> str | None:

@@ -7,6 +7,10 @@ BabyAI's words and the agent stays. Reaching the goal ends the episode with scor
 step, task 98 at its second, and so on down to 91 (an environment error, as a crashed server gives).
 Task 100 + t is the same corridor with t cells to walk, in a variant that sends no "score": a step
 forward earns reward 1 and a step back -1, so the rewards add up to the distance walked.
+
+It refuses, with a RuntimeError, what a real server refuses: a step for an episode that is not in
+play, because its reset failed, it ended (done), or an error ended it (`envs.EnvPool` drops a failed
+episode's instance, so its next step finds none).
 """
 
 from types import SimpleNamespace
@@ -21,11 +25,12 @@ SPEC = SimpleNamespace(
 
 class Corridor:
     def __init__(self):
-        self.at: dict[int, list] = {}  # slot -> [position, goal, steps, task]
+        self.at: dict[int, list] = {}  # slot -> [position, goal, steps, task], while in play
 
     def reset(self, slots: list[int], tasks: list[int]) -> list[dict]:
         out = []
         for slot, task in zip(slots, tasks):
+            self.at.pop(slot, None)
             if task < 0:
                 out.append({"observation": "", "error": "the server did not answer /reset"})
                 continue
@@ -34,7 +39,17 @@ class Corridor:
         return out
 
     def step(self, slots: list[int], actions: list[str]) -> list[dict]:
-        return [self.move(slot, action) for slot, action in zip(slots, actions)]
+        for slot in slots:
+            if slot not in self.at:
+                raise RuntimeError(
+                    f"the corridor refuses to step slot {slot}: its episode is not in play (its reset "
+                    "failed, the environment ended it, or an error did); step the live episodes only"
+                )
+        answers = [self.move(slot, action) for slot, action in zip(slots, actions)]
+        for slot, answer in zip(slots, answers):
+            if answer.get("done") or answer.get("error"):
+                del self.at[slot]
+        return answers
 
     def move(self, slot: int, action: str) -> dict:
         state = self.at[slot]

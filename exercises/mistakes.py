@@ -130,6 +130,7 @@ def _loss(
     per_token=True,
     clamp_kl=True,
     clip_higher=True,
+    entropy_gradient=True,
 ):
     """Problem 3's loss with one of its rules changeable."""
     m = mb.loss_mask
@@ -143,7 +144,7 @@ def _loss(
         k3 = (d.exp() - d - 1).clamp(max=10) if clamp_kl else d.exp() - d - 1
         loss = loss + kl_sign * kl_coef * mean(k3)
     if entropy is not None:
-        loss = loss - entropy_coef * mean(entropy)
+        loss = loss - entropy_coef * mean(entropy if entropy_gradient else entropy.detach())
     return loss, {}
 
 
@@ -178,6 +179,12 @@ def k3_not_bounded(*args, **kwargs):
 def clip_higher_ignored(*args, **kwargs):
     """The ratio clipped to [1 - eps, 1 + eps] whatever clip_ratio_high says (DAPO's clip-higher lost)."""
     return _loss(*args, **kwargs, clip_higher=False)
+
+
+def entropy_detached(*args, **kwargs):
+    """The entropy bonus on a detached entropy: the loss has the right value and the right gradient
+    with respect to logp, but the bonus never pushes the policy's entropy up."""
+    return _loss(*args, **kwargs, entropy_gradient=False)
 
 
 # --- problem 4: GAE ------------------------------------------------------------------------------
@@ -245,19 +252,21 @@ def _gigpo(
     key=lambda g, obs: (g, obs),
     discount=True,
     std_everywhere=False,
+    dtype=torch.float64,
+    normalise=group_advantages,
 ):
     from gigpo import ANCHOR_NORMALISERS
 
     norm, std = ANCHOR_NORMALISERS[normaliser], step_norm == "std"
-    a_ep = group_advantages(torch.tensor(rewards, dtype=torch.float64), groups, eps, std or std_everywhere)
+    a_ep = normalise(torch.tensor(rewards, dtype=dtype), groups, eps, std or std_everywhere)
     keys, returns = [], []
     for g, r, turns in zip(groups, rewards, anchors):
         keys += [key(g, norm(obs)) for obs in turns]
         rewards_per_turn = [0.0] * (len(turns) - 1) + [r] if discount else [r] * len(turns)
         returns += returns_to_go(
-            torch.tensor(rewards_per_turn, dtype=torch.float64), gamma if discount else 0.0
+            torch.tensor(rewards_per_turn, dtype=dtype), gamma if discount else 0.0
         ).tolist()
-    a_step = group_advantages(torch.tensor(returns, dtype=torch.float64), keys, eps, std)
+    a_step = normalise(torch.tensor(returns, dtype=dtype), keys, eps, std)
     out, m = [], 0
     for n, turns in enumerate(anchors):
         out.append([float(a_ep[n] + omega * a_step[m + t]) for t in range(len(turns))])
@@ -281,10 +290,25 @@ def mean_norm_at_the_step_level_only(*args, **kwargs):
     return _gigpo(*args, **kwargs, std_everywhere=True)
 
 
+def statistics_in_float32_at_both_levels(*args, **kwargs):
+    """Rewards, step returns and their group statistics in float32: a group whose eight rewards
+    are all 0.925, or a step group whose returns are all 0.95 * 0.925, gets a mean one ulp off,
+    divided by a std of the same size, instead of exactly 0."""
+    return _gigpo(*args, **kwargs, dtype=torch.float32, normalise=statistics_in_float32)
+
+
 # --- problem 7: REINFORCE++ ---------------------------------------------------------------------
 
 
-def _reinforce_pp(batch, cfg, kl_sign=1.0, per_row=False, outcome_on_row_end=False, whiten_everywhere=False):
+def _reinforce_pp(
+    batch,
+    cfg,
+    kl_sign=1.0,
+    per_row=False,
+    outcome_on_row_end=False,
+    whiten_everywhere=False,
+    in_float32=False,
+):
     ret = torch.zeros_like(batch.loss_mask)  # (B, T)
     kl = cfg.kl_coef if batch.ref_logprobs is not None else 0.0
     steps = [(agent_tokens(batch, n), batch.rewards[n]) for n in range(len(batch.rewards))]
@@ -305,6 +329,12 @@ def _reinforce_pp(batch, cfg, kl_sign=1.0, per_row=False, outcome_on_row_end=Fal
         ret[b, t] = returns_to_go(r, cfg.gamma)
     m = torch.ones_like(batch.loss_mask) if whiten_everywhere else batch.loss_mask
     mean, var = global_masked_moments(ret, m)
+    if in_float32:  # the same moments, taken in float32
+        mean = (ret * m).sum() / m.sum()
+        var = (((ret - mean) * m) ** 2).sum() / m.sum()
+        batch.returns = ret
+        batch.advantages = (ret - mean) * torch.rsqrt(var + cfg.whiten_eps) * batch.loss_mask
+        return
     batch.returns = ret
     batch.advantages = ((ret.double() - mean) * torch.rsqrt(var + cfg.whiten_eps)).float() * batch.loss_mask
 
@@ -335,6 +365,12 @@ def whitened_over_every_position(batch, cfg, state=None):
     _reinforce_pp(batch, cfg, whiten_everywhere=True)
 
 
+def whitened_in_float32(batch, cfg, state=None):
+    """The moments taken in float32: equal returns of 0.925 get a mean one ulp off, and divided by
+    sqrt(0 + whiten_eps) that ulp becomes an advantage far from 0."""
+    _reinforce_pp(batch, cfg, in_float32=True)
+
+
 # --- problem 8: the rollout loop ----------------------------------------------------------------
 
 
@@ -351,6 +387,7 @@ def _rollout(
     score_default="sum",
     success_from="reward",
     error_done=False,
+    step_every_episode=False,
 ):
     from agent import Trajectory
 
@@ -366,12 +403,16 @@ def _rollout(
             tr.error, tr.done = r["error"], True
         else:
             live.append(i)
+    started = list(live)
     for turn in range(max_turns):
+        sent = started if step_every_episode else live
+        said = [replies[i][min(turn, len(replies[i]) - 1)] for i in sent]
+        answers = dict(zip(sent, env.step(sent, [x if send_text else spec.parse_action(x) for x in said])))
         texts = [replies[i][turn] for i in live]
         actions = texts if send_text else [spec.parse_action(x) for x in texts]
         still = []
-        for i, text, action, r in zip(live, texts, actions, env.step(live, actions)):
-            tr = trajs[i]
+        for i, text, action in zip(live, texts, actions):
+            tr, r = trajs[i], answers[i]
             tr.messages.append({"role": "assistant", "content": text})
             tr.actions.append(action)
             tr.rewards.append(float(r.get("reward", 0.0)))
@@ -438,6 +479,13 @@ def an_error_marked_done(*args, **kwargs):
     return _rollout(*args, **kwargs, error_done=True)
 
 
+def every_episode_stepped_every_turn(*args, **kwargs):
+    """Each turn steps every episode that began, and records the live ones only: an episode the
+    environment ended, or that failed, is stepped again, which a real server refuses (a failed
+    episode's instance is gone) or answers with its last observation, a wasted request per turn."""
+    return _rollout(*args, **kwargs, step_every_episode=True)
+
+
 MISTAKES = {
     1: {
         "observation tokens in the mask": observation_tokens_in_the_mask,
@@ -458,6 +506,7 @@ MISTAKES = {
         "mean over every position": mean_over_every_position,
         "the k3 not bounded": k3_not_bounded,
         "clip-higher ignored": clip_higher_ignored,
+        "the entropy detached": entropy_detached,
     },
     4: {
         "the last token bootstraps from its own value": last_token_bootstraps_from_its_own_value,
@@ -473,12 +522,14 @@ MISTAKES = {
         "anchors matched across groups": anchors_matched_across_groups,
         "the outcome on every turn": outcome_on_every_turn,
         "mean-norm at the step level only": mean_norm_at_the_step_level_only,
+        "statistics in float32 at both levels": statistics_in_float32_at_both_levels,
     },
     7: {
         "the KL added, not subtracted": kl_added_not_subtracted,
         "each row taken for an episode": each_row_an_episode,
         "the outcome on the row's last column": outcome_on_the_rows_last_column,
         "whitened over every position": whitened_over_every_position,
+        "whitened in float32": whitened_in_float32,
     },
     8: {
         "the reply text sent as the action": reply_text_sent_as_the_action,
@@ -489,5 +540,6 @@ MISTAKES = {
         "success from the score, not the reward": success_from_the_score,
         "success strictly above success_at": success_strictly_above,
         "an error marked done": an_error_marked_done,
+        "every episode stepped every turn": every_episode_stepped_every_turn,
     },
 }

@@ -17,8 +17,8 @@ beside it. What it must be:
 
 Picture (three turns; the second reply ended itself, so it carries its stop token):
 
-    [system + observation 1 + header][reply 1][glue + observation 2 + header][reply 2 + stop] ...
-     mask 0                           1 ... 1  0 ... 0                        1 ... 1   1
+    [system + observation 1 + header][reply 1][glue + observation 2 + header][reply 2][stop] ...
+     mask 0                           1 ... 1  0 ... 0                        1 ... 1  ?
 
 Decide, from the rules above (each one is a case of the check):
 - A reply that ended itself ends with a stop token (one of `stop_ids`). Is it trained?

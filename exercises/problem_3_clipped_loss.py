@@ -20,7 +20,9 @@ Worked example, one token, clip_ratio 0.2:  A = 1, ratio 1.5: its pg term is -1.
 flows (it pushes the ratio back down). A = 1, ratio 0.5: the term is -0.5, gradient flows.
 k3 per token: logp = -1, ref = -1.5: exp(-0.5) + 0.5 - 1 = 0.1065.
 
-Properties a right answer has (each one a case of the check, on the loss AND its gradient):
+Properties a right answer has (each one a case of the check, on the loss AND its gradient with
+respect to every input that carries one in training: logp, and entropy, which comes from the same
+logits):
 - Off the agent tokens, old_logprobs may hold anything (-1e4 in a case): neither the loss nor its
   gradient may depend on it, and nothing may become inf or NaN.
 - A token the reference finds very unlikely (ref 30 below logp) counts at most 10 in the KL, as

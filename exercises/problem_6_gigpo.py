@@ -6,9 +6,10 @@ states); docs/gigpo.md.
 
 Each turn (i, t) gets A_{i,t} = A^E_i + omega * A^S_{i,t}:
 - A^E_i, the episode's: GRPO's normalised outcome of trajectory i within its group (problem 2).
-- A^S_{i,t}, the turn's: turns taken from the same state form a step group; each turn's step
-  return is the outcome discounted back from the episode's last turn (the last turn gets R_i,
-  the one before gamma * R_i, and so on), normalised within its step group as GRPO does.
+- A^S_{i,t}, the turn's: turns taken from the same anchor state form a step group (which turns
+  may share one: the paper's anchor states); each turn's step return is the outcome discounted
+  back from the episode's last turn (the last turn gets R_i, the one before gamma * R_i, and so
+  on), normalised within its step group as GRPO does.
 - A state is the observation the turn acted on (anchors[i][t]) after the normaliser
   (`gigpo.ANCHOR_NORMALISERS[normaliser]`).
 - step_norm "mean" centres without dividing by the std, at both levels; "std" divides at both.
@@ -20,10 +21,12 @@ anchors [["a", "b"], ["a", "c"]]:
     -> A = [[1.414, 0.707], [-1.414, -0.707]]
 Properties a right answer has (each one a case of the check):
 - A turn from a state no other turn reached gets A^S = 0: only its episode's term.
-- Two tasks can show the same text: their turns are never compared with each other.
+- A group, or a step group, whose values are all equal gets exactly 0 (to 1e-5), as in problem 2:
+  BabyAI's rewards of 0.925 and their discounted returns included.
 - Under the 'whitespace' normaliser, spacing and case do not split a state; under 'exact' they do.
 
-Decide: what identifies a step group; how to reuse problem 2's function at both levels.
+Decide: what identifies a step group (two tasks can show the same text); how to reuse problem 2's
+function at both levels.
 
 Task: return per trajectory, per turn, a list of floats A_{i,t}. You may use grpo.group_advantages
 and algorithm.returns_to_go. Check: python -m exercises.check 6

@@ -15,20 +15,20 @@ padding tokens are not steps.
 - Return G_k: the discounted sum of the rewards from token k to the trajectory's end
   (`algorithm.returns_to_go`).
 - Advantage: G whitened over ALL agent tokens of the batch (their mean subtracted, divided by
-  sqrt(variance + whiten_eps), the biased variance), in float64 (`algorithm.global_masked_moments`).
+  sqrt(variance + whiten_eps), the biased variance), the mean and variance in float64.
 
 Worked example, gamma 1, no KL, two one-row trajectories: R = 0 with 3 agent tokens, R = 1 with 2:
     G = [0, 0, 0] and [1, 1];  mean 0.4, variance 0.24  ->  A = [-0.816] * 3 and [1.225] * 2
 Properties a right answer has (each one a case of the check):
 - With one row per turn, the outcome reaches the first turn's tokens too.
 - A row shorter than the batch's width loses nothing (the reference code's lost reward).
-- Equal returns give exactly A = 0.
+- Equal returns give exactly A = 0 (to 1e-5), BabyAI's rewards of 0.925 included.
 
 Decide: the KL penalty's sign; over which positions the whitening's moments are taken.
 
 Task: fill batch.returns (the raw G) and batch.advantages (A, float32), both (B, T) and 0 off the
-agent tokens. cfg has kl_coef, gamma and whiten_eps. You may use batch.agent_tokens,
-algorithm.returns_to_go and algorithm.global_masked_moments.
+agent tokens. cfg has kl_coef, gamma and whiten_eps. You may use batch.agent_tokens and
+algorithm.returns_to_go.
 Check: python -m exercises.check 7
 """
 

@@ -2,12 +2,14 @@
 
 Mirrors: agent.py, `_rollout_chunk` with `_begin` and `_record` (read them after your check
 passes): the loop every training step and evaluation runs, all episodes in step, one turn at a
-time. Read first: the README's "The method in code"; exercises/corridor.py, the environment here.
+time. Read first: train.py, `train` (the rollout is its step 2); exercises/corridor.py, the
+environment here.
 
 The environment answers in batches, as `envs.EnvPool` does: `env.reset(slots, tasks)` gives one
 dict per episode ("observation", maybe "error"); `env.step(slots, actions)` one dict per episode
-stepped ("observation", "reward", maybe "score", "done", maybe "error"). The slot of episode i is
-i. The replies are scripted: episode i says replies[i][0], then replies[i][1], ... (no model is
+stepped ("observation", "reward", maybe "score", "done", maybe "error"); a step for an episode not
+in play (its reset failed, or it ended) is refused, as a real server refuses it. The slot of
+episode i is i. The replies are scripted: episode i says replies[i][0], then replies[i][1], ... (no model is
 needed); the action sent is `spec.parse_action(reply)`, never the reply itself.
 
 Per episode, an `agent.Trajectory(task=tasks[i], group=i)` with:

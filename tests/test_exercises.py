@@ -37,7 +37,7 @@ def test_every_listed_mistake_fails_its_check_with_the_case_and_what_was_expecte
     found = failures(n, MISTAKES[n][name])
     assert found, f"problem {n}: the mistake {name!r} passes the check"
     assert found[0].startswith("case ") and ("expected" in found[0] or "raised" in found[0])
-    assert "inputs:" in found[0] and "...]" not in found[0].split("inputs:")[1]  # the inputs whole
+    assert "inputs:" in found[0] and "...]" not in found[0]  # nothing cut, the inputs included
 
 
 def test_a_failing_case_shows_its_inputs_in_full():
@@ -58,6 +58,65 @@ def test_a_failing_case_shows_its_inputs_in_full():
     assert len(found) == 1 and found[0].startswith("case 6 ")
     inputs = found[0].split("inputs:")[1]
     assert "ref_logprobs=tensor([[0, 0, -30.5" in inputs and "...]" not in inputs
+
+
+def test_a_failing_case_shows_every_input_the_function_reads():
+    """Problem 1's message shows first_messages; problem 7's KL case the old and reference
+    log-probs of the batch it builds; problem 8's the spec and every message's content whole."""
+    one = failures(1, MISTAKES[1]["end-of-turn token not trained"])[0].split("inputs:")[1]
+    assert "first_messages=[{'role': 'system', 'content': 'You are an agent.'}" in one
+    kl = next(m for m in failures(7, MISTAKES[7]["the KL added, not subtracted"]) if "k1 KL" in m)
+    shown = kl.split("inputs:")[1]
+    assert "batch.old_logprobs=tensor([[" in shown and "batch.ref_logprobs=tensor([[" in shown
+    assert "batch.loss_mask=" in shown and "batch.traj=" in shown and "cfg.kl_coef=0.5" in shown
+
+    def last_message_retold(**inputs):
+        trajs = PROBLEMS[8].reference(**inputs)
+        for t in trajs:
+            t.messages[-1] = dict(t.messages[-1], content="I said: " + t.messages[-1]["content"])
+        return trajs
+
+    eight = failures(8, last_message_retold)[0]
+    system = "Walk to the goal. Reply with forward or back, after 'Action:'."
+    compared = eight.split("inputs:")[0]
+    assert "messages" in compared and compared.count(system) == 2  # expected and got, whole
+    assert "spec.success_at=0.5" in eight
+
+
+def test_a_loss_check_compares_the_gradient_of_every_input_that_carries_one():
+    """The entropy comes from the same logits as logp: a detached entropy bonus has the right loss
+    and the right gradient with respect to logp, and is caught by its gradient with respect to
+    entropy."""
+    found = failures(3, MISTAKES[3]["the entropy detached"])
+    assert len(found) == 1 and "w.r.t. entropy" in found[0]
+
+
+@pytest.mark.parametrize(
+    "n,name",
+    [(2, "statistics in float32"), (6, "statistics in float32 at both levels"), (7, "whitened in float32")],
+)
+def test_an_equality_case_is_built_from_values_float32_does_not_hold_exactly(n, name):
+    """Where the contract asks for float64 (an exact 0 for equal values), the case that says so
+    uses BabyAI's 0.925, which float32 rounds, so statistics taken in float32 fail it."""
+    found = failures(n, MISTAKES[n][name])
+    assert found and "0.925" in found[0].split(":")[0]
+
+
+def test_the_corridor_refuses_a_step_for_an_episode_not_in_play():
+    """As a real server does: after a failed reset, after the episode ended, after an error."""
+    from exercises.corridor import Corridor
+
+    env = Corridor()
+    env.reset([0, 1, 2], [-1, 1, 99])
+    with pytest.raises(RuntimeError, match="refuses to step slot 0"):
+        env.step([0], ["forward"])
+    done, error = env.step([1, 2], ["forward", "forward"])
+    assert done["done"] and error["error"]
+    for slot in (1, 2):
+        with pytest.raises(RuntimeError, match=f"refuses to step slot {slot}"):
+            env.step([slot], ["forward"])
+    env.reset([1], [1])  # a new episode in the slot is in play again
+    assert env.step([1], ["forward"])[0]["done"]
 
 
 def test_problem_8_catches_the_score_and_success_mistakes_on_the_cases_made_for_them():
