@@ -212,7 +212,9 @@ def update(forward, batch, n_trajs: int, algo, cfg, state, accelerator, trained,
     parts) and DDP averages the gradients. Returns the mean of each minibatch's (global) stats, and
     `signals/nonfinite_skips`: the optimizer steps skipped because the loss or a gradient norm was
     NaN or infinite (the weights are left as they were; machinery/signals.py raises the alarm), and
-    under fp16 `charts/fp16_overflow_skips`, those its loss scaler skipped (`step_optimizers`)."""
+    under fp16 `charts/fp16_overflow_skips`, those its loss scaler skipped (`step_optimizers`), their
+    share of the steps tried and the scale after the update: every step skipped, or the scale below
+    a floor, is a run that cannot train in fp16, and the non-finite alarm says so (signals.py)."""
     n_minibatches = max(
         1, math.ceil(dist.global_sum(n_trajs) / cfg.minibatch_size)
     )  # the same on every process
@@ -248,9 +250,21 @@ def update(forward, batch, n_trajs: int, algo, cfg, state, accelerator, trained,
     return {
         **{k: float(np.mean(v)) for k, v in stats.items()},
         "signals/nonfinite_skips": skipped,
-        **({"charts/fp16_overflow_skips": overflows} if accelerator.scaler is not None else {}),
+        **(
+            fp16_stats(accelerator.scaler, overflows, cfg.epochs * n_minibatches)
+            if accelerator.scaler
+            else {}
+        ),
         "charts/on_policy_gap": first[0],
         "charts/on_policy_gap_max": first[1],
+    }
+
+
+def fp16_stats(scaler, overflows: int, tried: int) -> dict:
+    return {
+        "charts/fp16_overflow_skips": overflows,
+        "charts/fp16_overflow_share": overflows / tried,
+        "charts/fp16_loss_scale": float(scaler.get_scale()),
     }
 
 

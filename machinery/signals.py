@@ -22,7 +22,8 @@ The signals, per step (`signals/...`):
     reply_tokens       mean reply length in tokens
     adv_std            advantage spread: std of the advantages over the batch's agent tokens
     env_error_share    share of episodes that ended in an environment error
-    nonfinite_skips    optimizer steps skipped for a non-finite loss or gradient
+    nonfinite_skips    optimizer steps skipped for a non-finite loss or gradient (fp16's loss scaler's
+                       overflows are charts/fp16_overflow_*: the alarm reads them when they never stop)
 and `success/<category>` per task category. Entropy, KL and clip fraction are the algorithms'
 (`losses/entropy`, `losses/kl`, `losses/approx_kl`, `losses/clipfrac`).
 
@@ -229,7 +230,7 @@ def check(history: list[dict], cfg) -> list[str]:
     step's last), in ALARMS' order. `cfg`: an `Alarms` (train.Config extends it)."""
     last, n = history[-1] if history else {}, max(1, cfg.alarm_patience)
     fired = []
-    if last.get("signals/nonfinite_skips", 0) > 0:
+    if last.get("signals/nonfinite_skips", 0) > 0 or fp16_stalled(history, n):
         fired.append("non_finite")
     if _held(history, "signals/flat_groups", lambda v: v >= cfg.alarm_flat_share, n):
         fired.append("no_signal")
@@ -259,6 +260,21 @@ def check(history: list[dict], cfg) -> list[str]:
     if last.get("signals/env_error_share", 0) > cfg.alarm_env_errors:
         fired.append("env_errors")
     return fired
+
+
+FP16_SCALE_FLOOR = 1.0
+"""Below this loss scale fp16 cannot hold the gradients even unscaled: the scaler has halved it at
+every overflow since its 65,536 (16 halvings at least), so the run is not training."""
+
+
+def fp16_stalled(history: list[dict], n: int) -> bool:
+    """An fp16 run whose loss scaler skipped every optimizer step of the last n steps, or whose scale
+    fell below FP16_SCALE_FLOOR: its weights do not move, though every loss is finite (each skip
+    is routine at fp16's first scales; all of them, step after step, is not)."""
+    scale = history[-1].get("charts/fp16_loss_scale") if history else None
+    return _held(history, "charts/fp16_overflow_share", lambda v: v >= 1, n) or (
+        scale is not None and scale < FP16_SCALE_FLOOR
+    )
 
 
 def _pct(x) -> str:
@@ -310,8 +326,13 @@ def describe(name: str, history: list[dict]) -> str:
         )
     elif name == "env_errors":
         numbers = f"{_pct(get('signals/env_error_share'))} of episodes"
-    else:
+    elif get("signals/nonfinite_skips", 0):
         numbers = f"{get('signals/nonfinite_skips', 0):g} optimizer steps skipped"
+    else:  # fp16_stalled
+        numbers = (
+            f"fp16's loss scaler skipped {_pct(get('charts/fp16_overflow_share'))} of the optimizer steps, "
+            f"its scale now {get('charts/fp16_loss_scale', float('nan')):g}: the weights are not moving"
+        )
     return f"alarm [{name}] step {last.get('step', '?')}: {what} ({numbers}). Fix: {fix}"
 
 

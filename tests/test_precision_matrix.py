@@ -91,13 +91,13 @@ def test_the_critic_trains_float32_weights_and_only_what_the_policy_trains():
     assert moved and all(p.grad is None for n, p in named.items() if n not in trained)
 
 
-def ppo_update(accelerator, fp16=None, overflow_first: bool = False, steps: int = 1) -> list:
+def ppo_update(accelerator, fp16=None, overflowing: int = 0, steps: int = 1) -> list:
     """`steps` PPO updates (policy and critic, two optimizers) of small_model on small_batch, one
     minibatch each. `fp16` (pytest's monkeypatch): with the scaler `Accelerator(mixed_precision=
     "fp16")` attaches on a GPU, attached on the CPU, where Accelerate refuses fp16: one GradScaler
     handed to every optimizer at prepare, native AMP on after it (before it, prepare would wrap the
     models' forward in fp16 autocast; the compute stays float32 here: the scaler's path is tested).
-    `overflow_first`: the first step's gradients are made infinite, as fp16's scaled gradients
+    `overflowing`: the first this many steps' gradients are made infinite, as fp16's scaled gradients
     overflow. Returns (weights, stats, loss scale) before the first step and after each."""
     cfg = Config(algo="ppo", minibatch_size=5, kl_coef=0.0, critic_lr=1e-3, lr=1e-3, mixed_precision="no")
     model = small_model()
@@ -116,13 +116,14 @@ def ppo_update(accelerator, fp16=None, overflow_first: bool = False, steps: int 
     trained = [(model, opt), (state.model, state.optimizer)]
     batch = small_batch(False)
     ppo.advantages(batch, cfg, state)
-    hook = next(model.parameters()).register_hook(lambda g: g * float("inf")) if overflow_first else None
+    hook = next(model.parameters()).register_hook(lambda g: g * float("inf")) if overflowing else None
     weights = lambda: [p.detach().clone() for m, _ in trained for p in m.parameters()]
     scale = lambda: accelerator.scaler.get_scale() if accelerator.scaler else None
     out = [(weights(), None, scale())]
-    for _ in range(steps):
+    for step in range(1, steps + 1):
         st = update(model, batch, 5, ALGOS["ppo"], cfg, state, accelerator, trained)
-        hook = hook and hook.remove()  # only the first step overflows
+        if step == overflowing:  # the later steps' gradients are finite
+            hook = hook.remove()
         out.append((weights(), st, scale()))
     return out
 
@@ -150,13 +151,36 @@ def test_an_fp16_overflow_is_skipped_the_scale_halves_and_the_next_step_trains(f
     have on its first (before: the scaler's update was never called and the next clip raised)."""
     plain = ppo_update(Accelerator(cpu=True))
     accelerator = Accelerator(cpu=True)
-    (start, _, _), (skipped, first, scale), (trained, second, _) = ppo_update(
-        accelerator, monkeypatch, True, 2
-    )
+    (start, _, _), (skipped, first, scale), (trained, second, _) = ppo_update(accelerator, monkeypatch, 1, 2)
     assert first["charts/fp16_overflow_skips"] == 1 and first["signals/nonfinite_skips"] == 0
     assert scale == 2.0**15 and all(torch.equal(a, b) for a, b in zip(start, skipped))
     assert second["charts/fp16_overflow_skips"] == 0
     assert_same(trained, plain[1][0])
+
+
+def test_an_fp16_run_whose_every_step_overflows_raises_the_non_finite_alarm(fresh_accelerate, monkeypatch):
+    """Gradients non-finite at every step, the loss finite: the scaler skips each step and halves its
+    scale, no weight moves, and once that has held for --alarm-patience steps the non-finite alarm
+    fires with its fix (before: each skip was counted as a routine overflow, no alarm read it, and
+    the run went on without training, in silence). One overflow among trained steps does not."""
+    from machinery import signals
+
+    cfg = Config(alarm_patience=3)
+    accelerator = Accelerator(cpu=True)
+    out = ppo_update(accelerator, monkeypatch, overflowing=3, steps=3)
+    history = [dict(st, step=k) for k, (_, st, _) in enumerate(out[1:], start=1)]
+    assert all(torch.equal(a, b) for a, b in zip(out[0][0], out[-1][0]))  # nothing trained
+    assert [st["charts/fp16_loss_scale"] for st in history] == [2.0**15, 2.0**14, 2.0**13]
+    assert all(st["signals/nonfinite_skips"] == 0 for st in history)  # the loss stayed finite
+    fired = lambda h: "non_finite" in signals.check(h, cfg)  # noqa: E731 (the random batch's KL fires too)
+    assert [fired(history[:k]) for k in (1, 2, 3)] == [False, False, True]
+    said = signals.describe("non_finite", history)
+    assert "100% of the optimizer steps" in said and "try bf16 or no" in said
+
+    once = [dict(history[0], step=1), {**history[0], "step": 2, "charts/fp16_overflow_share": 0.0}]
+    assert not fired(once + [dict(once[1], step=3)])
+    low = [{**history[0], "charts/fp16_overflow_share": 0.5, "charts/fp16_loss_scale": 0.5}]
+    assert fired(low)  # the scale below the floor: fired at once
 
 
 @pytest.mark.parametrize("merge", [True, False])
