@@ -456,7 +456,7 @@ def rollout_cases() -> list[Case]:
 def rollout_run(fn, inputs):
     from exercises.corridor import SPEC, Corridor
 
-    out = fn(env=Corridor(), spec=SPEC, **inputs)
+    out = fn(env=Corridor(len(inputs["tasks"])), spec=SPEC, **inputs)
     fields = ("actions", "observations", "messages", "reward", "success", "done", "error", "turns")
     return {f"episode {i}": {k: getattr(t, k, None) for k in fields} for i, t in enumerate(out)}
 
@@ -467,7 +467,7 @@ def rollout_handed(inputs) -> dict:
 
     spec = SimpleNamespace(**vars(SPEC))
     spec.parse_action = "the text after the last 'Action:', stripped; '' without one"
-    return {"env": "Corridor(), a fresh one (exercises/corridor.py)", "spec": spec}
+    return {"env": f"Corridor({len(inputs['tasks'])}), a fresh one (exercises/corridor.py)", "spec": spec}
 
 
 def per_trajectory(fn, inputs):

@@ -8,9 +8,11 @@ step, task 98 at its second, and so on down to 91 (an environment error, as a cr
 Task 100 + t is the same corridor with t cells to walk, in a variant that sends no "score": a step
 forward earns reward 1 and a step back -1, so the rewards add up to the distance walked.
 
-It refuses, with a RuntimeError, what a real server refuses: a step for an episode that is not in
-play, because its reset failed, it ended (done), or an error ended it (`envs.EnvPool` drops a failed
-episode's instance, so its next step finds none).
+It refuses, with a RuntimeError, the calls a real server and `envs.EnvPool` refuse: a slot outside
+the pool (`Corridor(size)` has slots 0 to size - 1), a slot twice in one call, a task that is not an
+integer, an action that is not a string, and a step for an episode that is not in play because its
+reset failed, it ended (done), or an error ended it (the pool drops a failed episode's instance, so
+its next step finds none).
 """
 
 from types import SimpleNamespace
@@ -24,10 +26,12 @@ SPEC = SimpleNamespace(
 
 
 class Corridor:
-    def __init__(self):
+    def __init__(self, size: int):
+        self.size = size  # the pool's slots: 0 to size - 1
         self.at: dict[int, list] = {}  # slot -> [position, goal, steps, task], while in play
 
     def reset(self, slots: list[int], tasks: list[int]) -> list[dict]:
+        self.check(slots, tasks, int, "task")
         out = []
         for slot, task in zip(slots, tasks):
             self.at.pop(slot, None)
@@ -39,6 +43,7 @@ class Corridor:
         return out
 
     def step(self, slots: list[int], actions: list[str]) -> list[dict]:
+        self.check(slots, actions, str, "action")
         for slot in slots:
             if slot not in self.at:
                 raise RuntimeError(
@@ -50,6 +55,16 @@ class Corridor:
             if answer.get("done") or answer.get("error"):
                 del self.at[slot]
         return answers
+
+    def check(self, slots: list, values: list, kind: type, what: str) -> None:
+        """Refuse what a pool of `size` instances behind a strict server refuses."""
+        for slot, value in zip(slots, values):
+            if not (isinstance(slot, int) and 0 <= slot < self.size):
+                raise RuntimeError(f"the corridor refuses slot {slot!r}: its slots are 0 to {self.size - 1}")
+            if not isinstance(value, kind) or isinstance(value, bool):
+                raise RuntimeError(f"the corridor refuses the {what} {value!r}: not a {kind.__name__}")
+        if len(set(slots)) < len(slots):
+            raise RuntimeError(f"the corridor refuses slots {slots}: each slot at most once a call")
 
     def move(self, slot: int, action: str) -> dict:
         state = self.at[slot]

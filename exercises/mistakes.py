@@ -388,12 +388,14 @@ def _rollout(
     success_from="reward",
     error_done=False,
     step_every_episode=False,
+    slot_of=lambda i, task: i,
 ):
     from agent import Trajectory
 
     trajs = [Trajectory(task=t, group=i) for i, t in enumerate(tasks)]
     live = []
-    for i, (tr, r) in enumerate(zip(trajs, env.reset(list(range(len(tasks))), tasks))):
+    slots = [slot_of(i, t) for i, t in enumerate(tasks)]
+    for i, (tr, r) in enumerate(zip(trajs, env.reset(slots, tasks))):
         tr.messages += [
             {"role": "system", "content": spec.instruction},
             {"role": "user", "content": r["observation"]},
@@ -407,7 +409,8 @@ def _rollout(
     for turn in range(max_turns):
         sent = started if step_every_episode else live
         said = [replies[i][min(turn, len(replies[i]) - 1)] for i in sent]
-        answers = dict(zip(sent, env.step(sent, [x if send_text else spec.parse_action(x) for x in said])))
+        actions = [x if send_text else spec.parse_action(x) for x in said]
+        answers = dict(zip(sent, env.step([slots[i] for i in sent], actions)))
         texts = [replies[i][turn] for i in live]
         actions = texts if send_text else [spec.parse_action(x) for x in texts]
         still = []
@@ -486,6 +489,12 @@ def every_episode_stepped_every_turn(*args, **kwargs):
     return _rollout(*args, **kwargs, step_every_episode=True)
 
 
+def the_task_as_the_slot(*args, **kwargs):
+    """Episode i sent to slot tasks[i], not slot i: a pool of len(tasks) instances has no slot 103,
+    and two episodes of one task would share an instance."""
+    return _rollout(*args, **kwargs, slot_of=lambda i, task: task)
+
+
 MISTAKES = {
     1: {
         "observation tokens in the mask": observation_tokens_in_the_mask,
@@ -541,5 +550,6 @@ MISTAKES = {
         "success strictly above success_at": success_strictly_above,
         "an error marked done": an_error_marked_done,
         "every episode stepped every turn": every_episode_stepped_every_turn,
+        "the task as the slot": the_task_as_the_slot,
     },
 }

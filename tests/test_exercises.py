@@ -106,7 +106,7 @@ def test_the_corridor_refuses_a_step_for_an_episode_not_in_play():
     """As a real server does: after a failed reset, after the episode ended, after an error."""
     from exercises.corridor import Corridor
 
-    env = Corridor()
+    env = Corridor(3)
     env.reset([0, 1, 2], [-1, 1, 99])
     with pytest.raises(RuntimeError, match="refuses to step slot 0"):
         env.step([0], ["forward"])
@@ -117,6 +117,26 @@ def test_the_corridor_refuses_a_step_for_an_episode_not_in_play():
             env.step([slot], ["forward"])
     env.reset([1], [1])  # a new episode in the slot is in play again
     assert env.step([1], ["forward"])[0]["done"]
+
+
+@pytest.mark.parametrize(
+    "call,refused",
+    [
+        (lambda env: env.reset([3], [1]), "slot 3"),
+        (lambda env: env.reset([0], ["1"]), "task '1'"),
+        (lambda env: env.step([0, 0], ["forward", "back"]), "at most once"),
+        (lambda env: env.step([0], [None]), "action None"),
+    ],
+)
+def test_the_corridor_refuses_a_call_a_strict_server_or_the_pool_refuses(call, refused):
+    """A slot outside the pool, a task id that is not an integer, a slot twice in one call, an
+    action that is not a string."""
+    from exercises.corridor import Corridor
+
+    env = Corridor(3)
+    env.reset([0], [2])
+    with pytest.raises(RuntimeError, match=refused):
+        call(env)
 
 
 def test_problem_8_catches_the_score_and_success_mistakes_on_the_cases_made_for_them():
