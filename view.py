@@ -211,7 +211,7 @@ def episode(rec: dict, set_name: str) -> dict:
     }
 
 
-TOKEN_FIELDS = ("mask", "logprob", "ratio", "advantage", "value")  # per token, numbers
+TOKEN_FIELDS = ("mask", "forced", "logprob", "ratio", "advantage", "value")  # per token, numbers
 
 
 def token_rows(credit: dict) -> dict | None:

@@ -7,7 +7,8 @@ own `advantages()` on the same saved episodes (`view.py --credit grpo,gigpo,ppo`
 shows side by side where GRPO (one number per episode), GiGPO (per anchor state) and PPO (per token,
 from its critic) put the credit. On those steps the update's loss is watched too (`watch_ratios`), and
 `token_rows()` keeps every token of each trained row with its mask, sampled log-prob, ratio at the
-update, advantage and value: the report's token inspector (docs/view.md).
+update, advantage and value, and which tokens the action mask forced: the report's token inspector
+(docs/view.md).
 """
 
 import dataclasses
@@ -108,10 +109,13 @@ def credit_on_episodes(records: list[dict], algos: dict, cfg) -> dict[str, list[
 
 
 def watch_ratios(algo: Algorithm, seen: dict | None) -> Algorithm:
-    """`algo` with a loss that also records, per row of each minibatch it is given, the ratio
+    """`algo` with a loss that also records, per row of each micro-batch it trains, the ratio
     pi / pi_old of the row's tokens ((T,), 1 off the agent tokens): `seen[(trajectory, turn)]`, the
-    last minibatch step that trained the row (what its clip saw). `seen` None: `algo` itself, so
-    the update is untouched on a step whose rollouts are not saved."""
+    last minibatch step that trained the row (what its clip saw). A pass trains its rows when the
+    backward gives its loss a weight, so the ratios are recorded at the backward: the weight-0
+    filler pass (update.accumulate_gradients: a process with fewer micro-batches than another
+    repeats one, maybe of rows it trained in an earlier minibatch) leaves no trace. `seen` None:
+    `algo` itself, so the update is untouched on a step whose rollouts are not saved."""
     if seen is None:
         return algo
 
@@ -119,9 +123,15 @@ def watch_ratios(algo: Algorithm, seen: dict | None) -> Algorithm:
         with torch.no_grad():
             m = mb.loss_mask.to(logp.device)
             ratio = ((logp.detach().float() - mb.old_logprobs.to(logp.device)) * m).exp().cpu()
-            for b, key in enumerate(zip(mb.traj.tolist(), mb.turn.tolist())):
-                seen[key] = ratio[b]
-        return algo.loss(logp, entropy, mb, cfg, state)
+        keys = list(zip(mb.traj.tolist(), mb.turn.tolist()))
+        out, stats = algo.loss(logp, entropy, mb, cfg, state)
+
+        def record(grad):  # the gradient reaching the loss is the pass's weight: 0 for the filler
+            if grad.item() != 0:
+                seen.update(zip(keys, ratio))
+
+        out.register_hook(record)
+        return out, stats
 
     return dataclasses.replace(algo, loss=loss)
 
@@ -130,7 +140,9 @@ def token_rows(batch, tokenizer, seen: dict | None, cfg) -> list[dict]:
     """Per trajectory of `batch`, what the report's token inspector shows: `clip`, the ratio's
     bounds [1 - clip_ratio, 1 + eps_high], and per row (in turn order) each token's text, loss mask,
     log-prob at sampling (pi_old), ratio at the update (`watch_ratios`; none recorded: no `ratio`),
-    advantage and, with a critic, value."""
+    advantage, with a critic its value, and under the action mask `forced`: 1 where the mask allowed
+    one id only (" forward" after "move", <|im_end|> after an action), whose log-prob is 0 and ratio
+    1 whatever the weights, so it adds no gradient but counts in the token mean's denominator."""
     high = cfg.clip_ratio_high or cfg.clip_ratio
     out = [{"clip": [1 - cfg.clip_ratio, 1 + high], "rows": []} for _ in range(len(batch.rewards))]
     four = lambda x: [round(float(v), 4) for v in x]
@@ -145,6 +157,8 @@ def token_rows(batch, tokenizer, seen: dict | None, cfg) -> list[dict]:
         }
         if batch.values is not None:
             row["value"] = four(batch.values[b, :T].float())
+        if batch.allowed is not None:
+            row["forced"] = [int(v) for v in ((batch.allowed[b, :T] >= 0).sum(-1) == 1).tolist()]
         if seen and (n, k) in seen:
             row["ratio"] = four(seen[n, k][:T])
         out[n]["rows"].append(row)

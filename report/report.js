@@ -296,6 +296,8 @@ function clipBit(r, k, clip) {
   return !!clip && r.mask[k] === 1 && typeof x === "number" && typeof a === "number" &&
     ((a > 0 && x > clip[1]) || (a < 0 && x < clip[0]));
 }
+// forced: the action mask allowed this one id (credit.token_rows), so its log-prob is 0 and its ratio 1
+const isForced = (r, k) => r.mask[k] === 1 && (r.forced || [])[k] === 1;
 function tokenScales(rows) {
   const top = (f) => Math.max(0, ...rows.flatMap((r) => r.text.map((_, k) => r.mask[k] === 1 ? f(r, k) : 0)).filter(isFinite));
   return {advantage: top((r, k) => Math.abs((r.advantage || [])[k])), value: top((r, k) => Math.abs((r.value || [])[k])),
@@ -311,13 +313,56 @@ function tokenColor(view, r, k, scale) {
 }
 function tokenTitle(r, k) {
   const parts = ["token " + JSON.stringify(r.text[k]), "mask " + r.mask[k]];
+  if (isForced(r, k)) parts.push("forced by the action mask");
   for (const f of ["logprob", "ratio", "advantage", "value"]) if (r[f] && typeof r[f][k] === "number") parts.push(f + " " + r[f][k].toFixed(4));
   return parts.join(" \u00b7 ");
+}
+// what the token adds to the loss, the token mean over the minibatch's mask-1 tokens (algorithm.py)
+function inTheLoss(r, k, clip) {
+  if (r.mask[k] !== 1) return "nothing: context, outside the token mean";
+  if (isForced(r, k)) return "no gradient (log-prob 0 whatever the weights), but 1 in the token mean's denominator";
+  if (clipBit(r, k, clip)) return "no gradient from the policy term (the clip bit), 1 in the token mean's denominator";
+  return "its gradient, and 1 in the token mean's denominator";
+}
+function clipVerdict(r, k, clip) {
+  const x = (r.ratio || [])[k], a = (r.advantage || [])[k];
+  if (r.mask[k] !== 1 || !clip || typeof x !== "number" || typeof a !== "number") return "\u2013";
+  if (clipBit(r, k, clip)) return a > 0 ? "bit: A > 0 and ratio above " + fmt(clip[1], 2) : "bit: A < 0 and ratio below " + fmt(clip[0], 2);
+  if (x > clip[1] || x < clip[0]) return "did not bite: out of range against the advantage's push, the gradient stays";
+  return "did not bite: ratio in range";
+}
+function tokenNumbers(rows, j, k, clip) {  // the numbers table beside the tokens, for the clicked token
+  const r = rows[j];  // a context token's numbers are placeholders the loss never reads: a dash
+  const num = (f) => !(r[f] && typeof r[f][k] === "number") ? null : r.mask[k] === 1 ? r[f][k].toFixed(4) : "\u2013";
+  const lines = [["token", JSON.stringify(r.text[k])], ["where", "row " + (j + 1) + " \u00b7 turn " + (r.turn + 1) + " \u00b7 position " + k],
+    ["loss mask", r.mask[k] === 1 ? "1 (trained)" : "0 (context)"],
+    ["forced", r.forced ? (isForced(r, k) ? "yes: the action mask allowed this id only" : "no") : null],
+    ["log-prob at sampling", num("logprob")], ["ratio \u03c0/\u03c0_old", num("ratio")], ["advantage", num("advantage")],
+    ["value", num("value")], ["clip [" + (clip || []).map((x) => fmt(x, 2)).join(", ") + "]", clipVerdict(r, k, clip)],
+    ["in the loss", inTheLoss(r, k, clip)]];
+  return el("table", {id: "token-numbers"}, ...lines.filter(([, x]) => x !== null).map(([h, x]) => el("tr", {}, el("th", {text: h}), el("td", {text: x}))));
 }
 function tokensButton() {  // the hash routes the views, so a button, not an #anchor, scrolls to the inspector
   const b = el("button", {id: "to-tokens", text: "tokens as the update saw them \u2193"});
   b.addEventListener("click", () => $("tokens").scrollIntoView());
   return b;
+}
+function tokenSummary(rows, clip) {
+  const count = (f) => rows.reduce((a, r) => a + r.text.filter((_, k) => f(r, k)).length, 0);
+  const trained = count((r, k) => r.mask[k] === 1), forced = count(isForced), bit = count((r, k) => clipBit(r, k, clip));
+  const ratios = rows.flatMap((r) => (r.ratio || []).filter((x, k) => r.mask[k] === 1));
+  const [lo, hi] = (clip || []).map((x) => fmt(x, 2));
+  const lines = [trained + " trained tokens (loss mask 1) in " + rows.length + " row(s)" +
+    (rows.some((r) => r.forced) ? ", " + forced + " of them forced by the action mask" : "") + "."];
+  lines.push(ratios.length ? "Ratio " + fmt(Math.min(...ratios), 4) + " to " + fmt(Math.max(...ratios), 4) + " at the update; " +
+    "the clip [" + lo + ", " + hi + "] bit on " + bit + " token(s). It bites only where the ratio leaves the range in the " +
+    "direction the advantage pushes: above " + hi + " with A > 0, below " + lo + " with A < 0 (outlined; the pessimistic max " +
+    "then takes the clipped term, which has no gradient). A ratio out of range the other way keeps its gradient." : "No ratio recorded.");
+  if (forced) lines.push("Forced tokens (dotted underline: \" forward\" after \"move\", the end of turn after an action): the " +
+    "action mask allowed one id, so their log-prob is 0 and ratio 1 whatever the weights, and they stay uncoloured by both. " +
+    "They add no gradient, yet count in the token mean's denominator, so they scale every other token's share of the loss down.");
+  lines.push("\u2605 marks the last agent token, where the outcome reward sits. Click a token for its numbers.");
+  return el("div", {class: "muted", id: "token-summary"}, ...lines.map((x) => el("p", {text: x})));
 }
 function renderTokens(e, v) {
   const T = e.token_rows;
@@ -328,33 +373,35 @@ function renderTokens(e, v) {
   for (const f of views) pick.append(el("option", {value: f, text: TOKEN_VIEWS[f]}));
   pick.value = "advantage";
   const lastRow = rows.length - 1, lastTok = lastRow >= 0 ? rows[lastRow].mask.lastIndexOf(1) : -1;
-  const trained = rows.reduce((a, r) => a + r.mask.filter((m) => m === 1).length, 0);
-  const bit = rows.reduce((a, r) => a + r.text.filter((_, k) => clipBit(r, k, T.clip)).length, 0);
-  const ratios = rows.flatMap((r) => (r.ratio || []).filter((x, k) => r.mask[k] === 1));
-  const box = el("section", {id: "tokens"}, el("h3", {text: "Tokens as the update saw them"}),
-    el("p", {class: "muted", id: "token-summary", text: trained + " trained tokens in " + rows.length + " row(s); " +
-      (ratios.length ? "ratio " + fmt(Math.min(...ratios), 4) + " to " + fmt(Math.max(...ratios), 4) + " at the update, " +
-        "the clip [" + (T.clip || []).map((x) => fmt(x, 2)).join(", ") + "] bit on " + bit + "; " : "no ratio recorded; ") +
-      "the outcome reward sits on the last agent token (\u2605). Hover a token for its numbers."}),
-    el("div", {class: "filters"}, el("label", {}, "colour by ", pick)));
-  const out = el("div", {});
+  const out = el("div", {class: "token-rows"}), numbers = el("div", {class: "token-numbers"},
+    el("p", {class: "muted", text: "Click a token to see its numbers here."}));
+  let picked = null;  // [row, position] of the clicked token, kept across colourings
   const draw = () => {
     out.textContent = "";
     rows.forEach((r, j) => {
       const line = el("div", {class: "token-row"}, el("div", {class: "muted", text: "row " + (j + 1) + " \u00b7 turn " + (r.turn + 1)}));
       const text = el("div", {class: "tokens"});
       r.text.forEach((t, k) => {
-        const cls = "tok" + (r.mask[k] === 1 ? "" : " off") + (clipBit(r, k, T.clip) ? " clipped" : "") +
-          (j === lastRow && k === lastTok ? " outcome" : "");
-        text.append(el("span", {class: cls, style: "background:" + tokenColor(pick.value, r, k, scale), title: tokenTitle(r, k), text: t}));
+        const cls = "tok" + (r.mask[k] === 1 ? "" : " off") + (isForced(r, k) ? " forced" : "") +
+          (clipBit(r, k, T.clip) ? " clipped" : "") + (j === lastRow && k === lastTok ? " outcome" : "") +
+          (picked && picked[0] === j && picked[1] === k ? " picked" : "");
+        text.append(el("span", {class: cls, style: "background:" + tokenColor(pick.value, r, k, scale), title: tokenTitle(r, k),
+          "data-row": j, "data-k": k, text: t}));
       });
       out.append(line, text);
     });
   };
+  out.addEventListener("click", (ev) => {
+    const t = ev.target.closest(".tok");
+    if (!t) return;
+    picked = [+t.dataset.row, +t.dataset.k];
+    numbers.replaceChildren(tokenNumbers(rows, picked[0], picked[1], T.clip));
+    draw();
+  });
   pick.addEventListener("input", draw);
   draw();
-  box.append(out);
-  v.append(box);
+  v.append(el("section", {id: "tokens"}, el("h3", {text: "Tokens as the update saw them"}), tokenSummary(rows, T.clip),
+    el("div", {class: "filters"}, el("label", {}, "colour by ", pick)), el("div", {class: "token-inspector"}, out, numbers)));
 }
 
 // ---- comparison of two sets on the same task ids ----

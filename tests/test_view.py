@@ -542,23 +542,39 @@ class DigitTokenizer:
 
 
 def watched_batch():
-    """credit_batch's trajectories (one row per turn) after GRPO's advantages, with one minibatch
-    of every row through a watched loss whose new log-probs move each agent token by 0.5 * sign,
-    so that some ratios leave [0.8, 1.2]. Watching changes nothing in the loss."""
+    """credit_batch's trajectories (one row per turn) under the action mask, each row's last agent
+    token forced (one id allowed: log-prob 0, as <|im_end|> after an action), after GRPO's
+    advantages, with one minibatch of every row through a watched loss whose new log-probs move
+    each free agent token by 0.5 * sign, so that some ratios leave [0.8, 1.2]. Watching changes
+    nothing in the loss, and records a row only once a backward gives the loss a weight."""
     import grpo
+    from batch import make_batch
     from diagnostics.credit import watch_ratios
     from tests.test_signals import credit_batch
     from train import Config
 
-    trajs, batch = credit_batch(False)
+    trajs, _ = credit_batch(False)
+    for t in trajs:
+        for row in t.rows:
+            last = len(row.mask) - 1  # the row's last agent token
+            row.allowed = {
+                p: [i] if p == last else [i, 99] for p, (i, m) in enumerate(zip(row.ids, row.mask)) if m
+            }
+            row.logprobs[last] = 0.0
+    batch = make_batch(trajs, 0)
     cfg = Config()
     grpo.advantages(batch, cfg)
     seen = {}
     algo = watch_ratios(grpo.GRPO, seen)
     mb = batch.select(torch.arange(len(batch))).trim()
-    step = torch.where(torch.arange(mb.loss_mask.shape[1]) % 2 == 0, 0.5, -0.5) * mb.loss_mask
-    watched, _ = algo.loss(mb.old_logprobs + step, None, mb, cfg, None)
-    assert torch.equal(watched, grpo.GRPO.loss(mb.old_logprobs + step, None, mb, cfg, None)[0])  # untouched
+    forced = (mb.allowed >= 0).sum(-1) == 1
+    step = torch.where(torch.arange(mb.loss_mask.shape[1]) % 2 == 0, 0.5, -0.5) * mb.loss_mask * ~forced
+    logp = (mb.old_logprobs + step).requires_grad_()
+    watched, _ = algo.loss(logp, None, mb, cfg, None)
+    assert torch.equal(watched, grpo.GRPO.loss(logp, None, mb, cfg, None)[0])  # untouched
+    (watched * 0).backward(retain_graph=True)
+    assert seen == {}  # a weight-0 pass (the update's filler) trained nothing: no trace
+    watched.backward()
     assert (
         watch_ratios(grpo.GRPO, None) is grpo.GRPO
     )  # a step whose rollouts are not saved: the algorithm itself
@@ -580,14 +596,50 @@ def test_the_watched_loss_records_each_rows_ratio_and_the_token_rows_line_up_wit
         for r, row in zip(rows, t.rows):
             assert r["text"] == [f"<{i}>" for i in row.ids] and r["mask"] == row.mask
             assert r["logprob"] == pytest.approx(row.logprobs, abs=1e-4)
+            assert r["forced"] == [int(len(row.allowed.get(p, [])) == 1) for p in range(len(row.ids))]
             assert len(r["ratio"]) == len(r["advantage"]) == len(row.ids) and "value" not in r
     assert token_rows(batch, DigitTokenizer(), None, cfg)[0]["rows"][0].keys() == {
         "turn",
         "text",
         "mask",
+        "forced",
         "logprob",
         "advantage",
     }
+    batch.allowed = None  # sampling without the action mask: nothing forced, no `forced`
+    assert "forced" not in token_rows(batch, DigitTokenizer(), None, cfg)[0]["rows"][0]
+
+
+def test_the_weight_0_filler_pass_leaves_no_trace_in_the_token_inspector(monkeypatch):
+    """A process with fewer micro-batches than another repeats a filler at weight 0 (the batch's
+    row 0, maybe trained in an earlier minibatch: update.accumulate_gradients). The inspector keeps
+    the ratios of the passes that trained a row only, never one from a step that did not train it."""
+    import dataclasses
+
+    from accelerate import Accelerator
+
+    import grpo
+    import update
+    from diagnostics.credit import watch_ratios
+    from tests.test_micro_batches import small_batch, small_model
+    from train import Config
+
+    cfg = Config(micro_batch_size=2)
+    batch = small_batch(False)
+    grpo.advantages(batch, cfg)
+    mb = batch.select(torch.arange(2, 6)).trim()  # trajectories 1-4, two micro-batches
+    filler = batch.select(torch.arange(1)).trim()  # trajectory 0's turn 0, not in this minibatch
+    one = update.dist.global_max
+    # another process has one micro-batch more: this one runs a third pass, the filler
+    monkeypatch.setattr(update.dist, "global_max", lambda x: x + 1 if isinstance(x, int) else one(x))
+    seen, passes = {}, []
+    watched = watch_ratios(grpo.GRPO, seen)
+    counted = dataclasses.replace(
+        watched, loss=lambda *a: passes.append(a[2].traj.tolist()) or watched.loss(*a)
+    )
+    update.accumulate_gradients(small_model(), mb, counted, cfg, None, Accelerator(cpu=True), filler)
+    assert len(passes) == 3 and passes[-1] == [0]  # the filler ran
+    assert sorted(seen) == sorted(zip(mb.traj.tolist(), mb.turn.tolist()))  # and left no trace
 
 
 def test_the_token_inspector_shows_every_token_its_mask_the_outcome_and_where_the_clip_bit(browser, tmp_path):
@@ -625,16 +677,70 @@ def test_the_token_inspector_shows_every_token_its_mask_the_outcome_and_where_th
         if m and ((adv > 0 and x > 1.2) or (adv < 0 and x < 0.8))
     )
     assert bit > 0 and page.locator("#tokens .tok.clipped").count() == bit
-    assert f"bit on {bit};" in page.inner_text("#token-summary")
+    summary = page.inner_text("#token-summary")
+    assert f"bit on {bit} token(s)" in summary
+    # the sign rule beside the range, so that "0.61 to 1.65 ... bit on 3" reads as no contradiction
+    assert "direction the advantage pushes: above 1.20 with A > 0, below 0.80 with A < 0" in summary
+    # forced tokens (one id allowed): marked, and the page says what they add to the loss
+    forced = sum(1 for r in rows for p in range(len(r.ids)) if len(r.allowed.get(p, [])) == 1)
+    assert forced == len(rows) and page.locator("#tokens .tok.forced").count() == forced
+    assert f"{sum(r.mask.count(1) for r in rows)} trained tokens (loss mask 1)" in summary
+    assert f"{forced} of them forced by the action mask" in summary
+    assert "add no gradient, yet count in the token mean's denominator" in summary
     title = tokens.first.get_attribute("title")
     assert "mask 0" in title and "ratio" in title and "advantage" in title
+    assert "forced by the action mask" in page.locator("#tokens .tok.forced").first.get_attribute("title")
     # colour by: the advantage by default (every agent token the same colour under GRPO), then the ratio
-    colours = lambda: set(
-        page.locator("#tokens .tok:not(.off)").evaluate_all("ts => ts.map(t => t.style.background)")
-    )
-    assert len(colours()) == 1
+    colours = lambda which: set(page.locator(which).evaluate_all("ts => ts.map(t => t.style.background)"))
+    assert len(colours("#tokens .tok:not(.off)")) == 1
     page.select_option("#token-colour", "ratio")
-    assert len(colours()) == 2  # above 1 and below 1
+    assert len(colours("#tokens .tok:not(.off):not(.forced)")) == 2  # above 1 and below 1
+    assert {c.replace(" ", "").endswith(",0)") for c in colours("#tokens .tok.forced")} == {
+        True
+    }  # ratio 1: none
+
+    # the numbers table beside the tokens, for the token clicked (kept across colourings)
+    def numbers():
+        cells = page.locator("#token-numbers tr")
+        return {
+            cells.nth(i).locator("th").inner_text(): cells.nth(i).locator("td").inner_text()
+            for i in range(cells.count())
+        }
+
+    assert page.locator("#token-numbers").count() == 0
+    page.locator("#tokens .tok.forced").first.click()
+    got = numbers()
+    assert got["forced"].startswith("yes") and got["loss mask"] == "1 (trained)"
+    assert got["log-prob at sampling"] == "0.0000" and got["ratio \u03c0/\u03c0_old"] == "1.0000"
+    assert "no gradient" in got["in the loss"] and "denominator" in got["in the loss"]
+    page.locator("#tokens .tok.clipped").first.click()
+    assert numbers()["clip [0.80, 1.20]"].startswith("bit: A ") and "no gradient" in numbers()["in the loss"]
+    page.select_option("#token-colour", "logprob")
+    assert page.locator("#tokens .tok.picked.clipped").count() == 1 and "clip [0.80, 1.20]" in numbers()
+    tokens.first.click()
+    got = numbers()
+    assert got["loss mask"] == "0 (context)" and got["in the loss"].startswith("nothing")
+    assert got["ratio \u03c0/\u03c0_old"] == got["advantage"] == "\u2013"  # placeholders the loss never reads
+    box, panel = page.locator(".token-rows").bounding_box(), page.locator("#token-numbers").bounding_box()
+    assert (
+        panel["x"] >= box["x"] + box["width"] and panel["y"] < box["y"] + box["height"]
+    )  # beside, not below
+
+    # the star at the outcome token sits on its own badge: it contrasts in every colouring
+    def luminance(css):
+        r, g, b = (int(float(x)) / 255 for x in css[css.index("(") + 1 : -1].split(",")[:3])
+        lin = lambda c: c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+        return 0.2126 * lin(r) + 0.7152 * lin(g) + 0.0722 * lin(b)
+
+    for view_name in page.locator("#token-colour option").evaluate_all("os => os.map(o => o.value)"):
+        page.select_option("#token-colour", view_name)
+        star = page.locator("#tokens .tok.outcome").evaluate(
+            "t => { const s = getComputedStyle(t, '::after'); "
+            "return [s.content, s.color, s.backgroundColor]; }"
+        )
+        assert star[0] == '"\u2605"' and star[2].startswith("rgb(")  # an opaque badge
+        hi, lo = sorted((luminance(star[1]), luminance(star[2])), reverse=True)
+        assert (hi + 0.05) / (lo + 0.05) >= 4.5, (view_name, star)  # WCAG AA contrast
     page.click("#to-tokens")
     assert page.evaluate("window.scrollY") > 0  # scrolled down to the inspector
     page.screenshot(path=str(tmp_path / "tokens.png"), full_page=True)
