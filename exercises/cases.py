@@ -100,6 +100,11 @@ def loss_mask_cases() -> list[Case]:
             [reply("turn left"), reply("go", end=())],
             ["You see a wall"],
         ),
+        case(
+            "a reply sampled as 'g' + 'o' + ' forward', ids the tokenizer would not write for its text",
+            [reply("turn left"), (say("g") + say("o") + say(" forward") + [eot], [-0.3, -0.2, -0.1, -0.05])],
+            ["You see a wall"],
+        ),
     ]
 
 
@@ -186,6 +191,10 @@ def clipped_loss_cases() -> list[Case]:
         Case(
             "a reference far below the policy: the k3 clamps bind",
             dict(base, mb=mb(near, ref=logp - 30 * mask), kl_coef=0.1),
+        ),
+        Case(
+            "a reference far above the policy (100 nats): exp must not overflow, nothing inf or NaN",
+            dict(base, mb=mb(near, ref=logp + 100 * mask), kl_coef=0.1),
         ),
         Case(
             "the entropy bonus (entropy_coef=0.01)", dict(base, mb=mb(near), entropy=ent, entropy_coef=0.01)

@@ -28,11 +28,14 @@ def _row(
     eot_mask=1,
     cut_eot=True,
     last_observation=False,
+    retokenise=False,
 ):
     """An episode's row built as in problem 1, with one of its rules changeable."""
     ids = chat_ids(tokenizer, first_messages)
     mask, logprobs = [0] * len(ids), [0.0] * len(ids)
     observations = observations + (["(what the environment said last)"] if last_observation else [])
+    if retokenise:  # each reply's text encoded afresh, its stop token kept, the log-probs cut to fit
+        replies = [_retokenised(tokenizer, reply, lp, stop_ids) for reply, lp in replies]
     for k, (reply, lp) in enumerate(replies):
         ends = [eot_mask if t == end_of_turn else 1 for t in reply]
         ids, mask, logprobs = ids + reply, mask + ends, logprobs + lp
@@ -45,6 +48,13 @@ def _row(
                 logprobs + [0.0] * len(suffix),
             )
     return Row(ids=ids, mask=mask, logprobs=logprobs)
+
+
+def _retokenised(tokenizer, reply, lp, stop_ids):
+    stop = reply[-1:] if reply[-1:] and reply[-1] in stop_ids else []
+    text = tokenizer.decode(reply[: len(reply) - len(stop)])
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"] + stop
+    return ids, (lp + [0.0] * len(ids))[: len(ids)]
 
 
 def observation_tokens_in_the_mask(*args, **kwargs):
@@ -67,6 +77,12 @@ def last_observation_appended(*args, **kwargs):
     """The observation after the last reply is appended: the row no longer ends on the agent's
     last token, where the outcome reward belongs."""
     return _row(*args, **kwargs, last_observation=True)
+
+
+def reply_retokenised(*args, **kwargs):
+    """The reply's text encoded again instead of its sampled ids: a model may sample 'g' + 'o' where
+    the tokenizer writes 'go', and the update then scores ids the policy never sampled."""
+    return _row(*args, **kwargs, retokenise=True)
 
 
 # --- problem 2: GRPO's group advantages ---------------------------------------------------------
@@ -131,6 +147,7 @@ def _loss(
     clamp_kl=True,
     clip_higher=True,
     entropy_gradient=True,
+    clamp_log_ratio=True,
 ):
     """Problem 3's loss with one of its rules changeable."""
     m = mb.loss_mask
@@ -140,7 +157,8 @@ def _loss(
     high = (clip_ratio_high if clip_higher else 0.0) or clip_ratio
     loss = mean(pessimism(-adv * ratio, -adv * ratio.clamp(1 - clip_ratio, 1 + high)))
     if mb.ref_logprobs is not None and kl_coef:
-        d = (mb.ref_logprobs * m - logp * m).clamp(-20, 20)
+        d = mb.ref_logprobs * m - logp * m
+        d = d.clamp(-20, 20) if clamp_log_ratio else d
         k3 = (d.exp() - d - 1).clamp(max=10) if clamp_kl else d.exp() - d - 1
         loss = loss + kl_sign * kl_coef * mean(k3)
     if entropy is not None:
@@ -179,6 +197,13 @@ def k3_not_bounded(*args, **kwargs):
 def clip_higher_ignored(*args, **kwargs):
     """The ratio clipped to [1 - eps, 1 + eps] whatever clip_ratio_high says (DAPO's clip-higher lost)."""
     return _loss(*args, **kwargs, clip_higher=False)
+
+
+def k3_log_ratio_not_clamped(*args, **kwargs):
+    """k3 bounded at 10, but exp(ref - logp) taken unclamped: where the reference is 100 nats above
+    the policy exp overflows to inf, the bound keeps the loss finite, and the gradient is
+    0 * inf = NaN."""
+    return _loss(*args, **kwargs, clamp_log_ratio=False)
 
 
 def entropy_detached(*args, **kwargs):
@@ -501,6 +526,7 @@ MISTAKES = {
         "end-of-turn token not trained": end_of_turn_not_trained,
         "no end-of-turn token after a cut reply": no_end_of_turn_after_a_cut_reply,
         "the last observation appended": last_observation_appended,
+        "the reply re-tokenised from its text": reply_retokenised,
     },
     2: {
         "std over the batch instead of the group": std_over_the_batch,
@@ -516,6 +542,7 @@ MISTAKES = {
         "the k3 not bounded": k3_not_bounded,
         "clip-higher ignored": clip_higher_ignored,
         "the entropy detached": entropy_detached,
+        "the k3's log-ratio not clamped": k3_log_ratio_not_clamped,
     },
     4: {
         "the last token bootstraps from its own value": last_token_bootstraps_from_its_own_value,

@@ -26,7 +26,8 @@ logits):
 - Off the agent tokens, old_logprobs may hold anything (-1e4 in a case): neither the loss nor its
   gradient may depend on it, and nothing may become inf or NaN.
 - A token the reference finds very unlikely (ref 30 below logp) counts at most 10 in the KL, as
-  verl's low_var_kl does, and the loss stays finite.
+  verl's low_var_kl does, and the loss stays finite; so does one the reference finds far likelier
+  (ref 100 above logp), its gradient too.
 - The means are over the agent tokens only: padding and observations do not dilute them.
 
 Decide: how eq. 7's min becomes a max once the sign is flipped; where a mask goes so that the
