@@ -50,6 +50,7 @@ from minigrid.core.world_object import Wall
 from minigrid.utils.baby_ai_bot import BabyAIBot
 
 from servers.common import EnvError, build_app, serve
+from servers.openenv import add_openenv
 
 # AgentGym's 40 BabyAI levels, in its order (its level k is LEVELS[k - 1]). GoToObjS6 is v1 in
 # current minigrid.
@@ -610,6 +611,7 @@ def progress(sig: tuple, sigs: list[tuple], k0: int) -> int:
 
 
 app = build_app("BabyAI", BabyAIText, create_keys=("render",), inline_calls=True)  # (pure Python steps)
+add_openenv(app, "babyai")  # and OpenEnv's WebSocket sessions, HTTP endpoints and task API
 
 
 @app.get("/render")

@@ -12,8 +12,9 @@ and one more for the trainer, never called on the agent's path (docs/experts.md)
     expert() -> dict                    # {"action": str, "thought": str, ...}: the expert's next
                                         # action from the current state (POST /expert)
 
-and calls `build_app(title, make_env, ...)` to serve it. Every server speaks two dialects on the
-same port: this project's, and AgentGym's, field for field as AgentGym's client classes
+and calls `build_app(title, make_env, ...)` to serve it. Every server speaks three dialects on the
+same port: OpenEnv's (a WebSocket session per episode, servers/openenv.py, added by
+`add_openenv(app, name)`), this project's, and AgentGym's, field for field as AgentGym's client classes
 (`agentenv/envs/<env>.py`) send them:
 
     this project           /create {} -> {"id"}; then {id, data_idx}, {id, action}, ?id=N, {id}
@@ -106,6 +107,7 @@ TIME_LIMIT = 50.0  # seconds per environment call (see the docstring)
 SHUTDOWN_GRACE = 8.0  # seconds between SIGTERM and a forced exit
 MAX_BATCH = 1024  # items of one /reset_batch or /step_batch
 MAX_HEADER_BYTES = 16 * 1024  # request headers, names + values (see the docstring); a client sends ~200
+MAX_WS_BYTES = 1024 * 1024  # a WebSocket message (an action of MAX_ACTION_CHARS, escaped, is < 0.6 MiB)
 KEEP_ALIVE = 600  # seconds an idle connection stays open: longer than a policy's turn (see serve)
 RETRY_AFTER = 5  # seconds a client is asked to wait when the table is full
 
@@ -256,7 +258,10 @@ class _WithInstance(_Body):
     @model_validator(mode="after")
     def _needs_instance(self):
         if self.id is None and self.env_idx is None:
-            raise ValueError("the body needs the instance id as `id` (or `env_idx`)")
+            raise ValueError(
+                "the body needs the instance id as `id` (or `env_idx`); an OpenEnv client steps over "
+                "its WebSocket session, /ws"
+            )
         return self
 
     @property
@@ -272,6 +277,12 @@ class ResetBody(_WithInstance):
     data_idx: Id | TaskName | None = None  # a string names a task (a TextCraft item)
     idx: Id | TaskName | None = None  # WebArena's: the task's config file, `idx`.json
     seed: Annotated[int, Strict()] | None = None  # WebArena's; accepted, unused (a task's start is fixed)
+
+    @model_validator(mode="after")
+    def _needs_instance(self):
+        if {"id", "env_idx"} & self.model_fields_set:  # named (an explicit null too): this dialect's rules
+            return super()._needs_instance()
+        return self  # none named: OpenEnv's one-off HTTP reset (`app.state.reset_without_instance`)
 
     @model_validator(mode="after")
     def _no_null_task(self):
@@ -619,6 +630,10 @@ def build_app(
     return app
 
 
+async def _needs_an_instance(body) -> None:
+    raise EnvError("the body needs the instance id as `id` (or `env_idx`)", 422)
+
+
 def new_app(title: str, table: InstanceTable) -> FastAPI:
     """The app around `table`: its middleware, its JSON errors, `GET /`, and every instance closed
     when the server stops."""
@@ -637,6 +652,7 @@ def new_app(title: str, table: InstanceTable) -> FastAPI:
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.table = table
+    app.state.reset_without_instance = _needs_an_instance  # servers/openenv.py's one-off reset replaces it
     app.add_middleware(CatchAll)
     app.add_middleware(HeaderLimit)  # the outermost: an oversized request reaches nothing else
 
@@ -680,6 +696,8 @@ def add_episode_endpoints(app: FastAPI, table: InstanceTable, title: str) -> Non
     # costs more server CPU than a BabyAI or TextCraft step.
     @app.post("/reset")
     async def reset(body: ResetBody):
+        if body.instance is None:
+            return await app.state.reset_without_instance(body)
         return SafeJSONResponse(both_dialects(await table.call(body.instance, "reset", body.task)))
 
     @app.post("/step")
@@ -795,5 +813,6 @@ def serve(app: FastAPI, argv=None, description: str = "") -> None:
         date_header=False,
         timeout_graceful_shutdown=SHUTDOWN_GRACE / 2,
         timeout_keep_alive=KEEP_ALIVE,
+        ws_max_size=MAX_WS_BYTES,  # a bigger message closes its socket with 1009 (Message Too Big)
     )
     _Server(config).run()

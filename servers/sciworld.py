@@ -64,6 +64,7 @@ from py4j.protocol import Py4JError  # noqa: E402
 from scienceworld import ScienceWorldEnv  # noqa: E402
 
 from servers.common import EnvError, build_app, serve  # noqa: E402
+from servers.openenv import add_openenv  # noqa: E402
 
 # (task id, task name, variations, of which train, of which dev) in ScienceWorld's task order,
 # without the tasks AgentGym leaves out. Variations [0, train) are ScienceWorld's train set,
@@ -389,6 +390,7 @@ def gold_thought(action: str) -> str:
 
 # Each instance is a JVM of 150-350 MB: at most 64 by default (--max-instances).
 app = build_app("SciWorld", SciWorldEnv, max_instances=64)
+add_openenv(app, "sciworld")  # and OpenEnv's WebSocket sessions, HTTP endpoints and task API
 
 
 @app.get("/action_hint")

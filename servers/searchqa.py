@@ -48,6 +48,7 @@ import threading
 import numpy as np
 
 from servers.common import EnvError, build_app, serve
+from servers.openenv import add_openenv
 from servers.searchqa_data import CACHE, load_data
 
 TOP_K = 3  # passages per search, as in Search-R1 and AgentGym
@@ -408,6 +409,7 @@ class SearchQAEnv:
 # AgentGym's client sends {"id": 0} to /create (its server pre-fetches that question) and uses the
 # whole answer as the instance, so /create answers a bare integer here.
 app = build_app("SearchQA", SearchQAEnv, ignored_create_keys=("id",), bare_create_id=True)
+add_openenv(app, "searchqa")  # and OpenEnv's WebSocket sessions, HTTP endpoints and task API
 
 
 def main(argv=None) -> None:

@@ -58,6 +58,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from servers.common import EnvError, build_app, serve
+from servers.openenv import add_openenv
 
 # Found without importing the package: its __init__ imports its environment, gymnasium and numpy.
 RECIPE_DIR = os.path.join(
@@ -524,6 +525,7 @@ app = build_app(
     ignored_create_keys=("minecraft_dir",),
     inline_calls=True,
 )  # (pure Python steps)
+add_openenv(app, "textcraft")  # and OpenEnv's WebSocket sessions, HTTP endpoints and task API
 
 if __name__ == "__main__":
     import sys

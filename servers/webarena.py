@@ -82,6 +82,7 @@ from playwright.async_api import async_playwright
 
 from servers import webarena_eval
 from servers.common import EnvError, build_app, descendants, serve
+from servers.openenv import add_openenv
 from servers.websites import COOKIE, forum, shop, start_site
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -884,6 +885,7 @@ def _memory_kb(pid: int, field: str) -> int:
 
 # Each instance is a browser context (~10 MB and up per tab): at most 64 by default (--max-instances).
 app = build_app("WebArena", WebArenaEnv, max_instances=64)
+add_openenv(app, "webarena")  # and OpenEnv's WebSocket sessions, HTTP endpoints and task API
 
 
 @app.get("/browser")

@@ -1,0 +1,397 @@
+"""OpenEnv's protocol on every server: a WebSocket session per episode, its HTTP endpoints, its task API.
+
+Where it sits: the third dialect of the servers in servers/, beside this project's and AgentGym's
+(servers/common.py), on the same port and over the same instance table, so that the same task gives
+the same observations, rewards and done flags in all three. OpenEnv (Meta's PyTorch team with
+Hugging Face, the `openenv` package) is what TRL's GRPOTrainer and OpenEnv's hub of environments
+speak; its generic client (`openenv.core.GenericEnvClient`) drives these servers unchanged
+(tests/test_openenv_servers.py). Each server file adds it with `add_openenv(app, name)`.
+
+    WS  /ws          one instance per connection: created when the socket opens, closed when the
+                     client sends `close` or goes away (mid-episode too)
+        -> {"type": "reset", "data": {"split": "test", "index": 3}}   (OpenEnv's task API: the
+                     split's index-th task; or {"data_idx": d}, as this project's /reset names a
+                     task; or {"seed": d}, the same; or {} for task 0; "episode_id" optional)
+        <- {"type": "observation", "data": {"observation": {"text": str, ...}, "reward", "done"}}
+        -> {"type": "step", "data": {"action": "turn left"}}          (the agent's text, as /step's)
+        -> {"type": "state"}  <- {"type": "state", "data": {"episode_id", "step_count", "task",
+                     "instance", ...}} (`instance`: the id this project's dialect knows it by, for
+                     POST /expert {"id": instance}, the trainer's call)
+        -> {"type": "close"}
+        <- {"type": "error", "data": {"message", "code", "status"}}   for anything that went wrong;
+                     the session goes on unless its instance is gone (a time-out dropped it)
+    GET /health /metadata /schema /state, and POST /reset without an instance (a one-off instance,
+                     reset, answered and closed, as OpenEnv's stateless HTTP reset is)
+    task API         GET /list_environments, GET /{name}/splits, POST /{name}/tasks, /num_tasks,
+                     /task, /task_range: the project's splits (envs/tasks.py), task i of a split being
+                     its i-th data_idx
+
+`observation.text` is the observation this project's dialect answers; the answer's other fields
+(`score`, `available_actions`, ...) sit beside it. Errors follow servers/common.py's rules: a
+malformed, oversized (uvicorn closes a frame over MAX_WS_BYTES with 1009) or ill-typed message is
+answered, never echoed, and never ends the server; a full table answers CAPACITY_REACHED with
+`retry_after` and closes with 1013 (Try Again Later), the WebSocket's 503 + Retry-After.
+"""
+
+import uuid
+from typing import Annotated, Literal
+
+import orjson
+from fastapi import FastAPI, WebSocket
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.websockets import WebSocketDisconnect, WebSocketState
+
+from servers.common import (
+    MAX_ACTION_CHARS,
+    RETRY_AFTER,
+    EnvError,
+    Id,
+    InstanceTable,
+    ResetBody,
+    SafeJSONResponse,
+    TaskName,
+    _check_text,
+    describe_validation,
+    safe_text,
+)
+
+MAX_LISTED = 10_000  # tasks in one /tasks or /task_range answer (a bounded preview; /num_tasks is exact)
+SPLIT_TYPES = {"train": "train", "val": "validation", "test": "test"}  # OpenEnv's split types
+
+
+# ---------------------------------------------------------------------------------------------
+# Messages, strictly typed (a key OpenEnv does not define is an error, not silently dropped)
+# ---------------------------------------------------------------------------------------------
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["reset", "step", "state", "close"]
+    data: dict = {}
+
+
+class ResetData(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    split: Annotated[str, Field(max_length=100)] | None = None
+    index: Id | None = None
+    data_idx: Id | TaskName | None = None  # a string names a task (a TextCraft item), as at /reset
+    seed: Id | None = None
+    episode_id: Annotated[str, Field(max_length=255)] | None = None
+
+
+class TextAction(BaseModel):
+    """The action: the agent's text, as this project's /step takes it (the server parses it)."""
+
+    model_config = ConfigDict(extra="forbid")
+    action: Annotated[str, Field(max_length=MAX_ACTION_CHARS)]
+    metadata: dict = {}
+
+
+class TextObservation(BaseModel):
+    """The observation: its text, and the environment's other fields beside it."""
+
+    model_config = ConfigDict(extra="allow")
+    text: str
+    done: bool = False
+    reward: float | None = None
+    metadata: dict = {}
+
+
+class SessionState(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    episode_id: str | None = None
+    step_count: int = 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Tasks: the project's splits, served as OpenEnv's task API
+# ---------------------------------------------------------------------------------------------
+
+
+def splits_of(name: str) -> dict[str, list[int]]:
+    """The environment's named splits of task ids: the ones the trainer draws from (envs/tasks.py)."""
+    from envs.tasks import ENVS
+
+    return ENVS[name].splits if name in ENVS else {}
+
+
+def split_type(split: str) -> str:
+    """OpenEnv's type of a split: "train", "validation" or "test" (`horizon-val` is a validation split)."""
+    return SPLIT_TYPES.get(split.rsplit("-", 1)[-1], "validation")
+
+
+def task_of(data: ResetData, splits: dict[str, list[int]]) -> int | str:
+    """The task (data_idx) a reset names; EnvError for a split or index that does not exist."""
+    if data.split is not None:
+        if data.split not in splits:
+            raise EnvError(f"no split {data.split!r}; the splits are {sorted(splits) or 'none'}")
+        ids, index = splits[data.split], data.index or 0
+        if index >= len(ids):
+            raise EnvError(f"task index {index} is outside split {data.split!r} (0..{len(ids) - 1})")
+        return ids[index]
+    if data.index is not None:
+        raise EnvError("`index` counts within a split: give `split` too (GET /<name>/splits lists them)", 422)
+    for task in (data.data_idx, data.seed):
+        if task is not None:
+            return task
+    return 0
+
+
+def openenv_answer(answer: dict) -> dict:
+    """A /reset or /step answer of this project's dialect in OpenEnv's shape: the text becomes
+    `observation.text`, the other fields sit beside it; reward and done stay on top."""
+    rest = {k: v for k, v in answer.items() if k not in ("observation", "reward", "done", "terminated")}
+    return {
+        "observation": {"text": answer.get("observation", ""), **rest},
+        "reward": answer.get("reward"),
+        "done": bool(answer.get("done")),
+    }
+
+
+def task_spec(split: str, index: int, data_idx: int) -> dict:
+    return {"id": f"{split}/{index}", "split": split, "index": index, "data_idx": data_idx}
+
+
+# ---------------------------------------------------------------------------------------------
+# The WebSocket session
+# ---------------------------------------------------------------------------------------------
+
+
+class Session:
+    """One connection's instance and episode."""
+
+    def __init__(self, table: InstanceTable, instance: int, splits: dict[str, list[int]]):
+        self.table, self.instance, self.splits = table, instance, splits
+        self.state = SessionState(instance=instance)  # this project's id of it: its /expert, /observation
+
+    async def reset(self, data: dict) -> dict:
+        data = ResetData(**data)
+        task = task_of(data, self.splits)
+        answer = await self.table.call(self.instance, "reset", task)
+        where = {"split": data.split, "index": data.index or 0} if data.split is not None else {}
+        self.state = SessionState(
+            episode_id=data.episode_id or uuid.uuid4().hex,
+            step_count=0,
+            instance=self.instance,
+            task=task,
+            done=answer["done"],
+            **where,
+        )
+        return {"type": "observation", "data": openenv_answer(answer)}
+
+    async def step(self, data: dict) -> dict:
+        action = TextAction(**data)
+        answer = await self.table.call(self.instance, "step", action.action)
+        self.state.step_count += 1
+        self.state.done = answer["done"]
+        return {"type": "observation", "data": openenv_answer(answer)}
+
+    async def answer(self, raw: str | bytes | None) -> dict | None:
+        """The reply to one message (None: the client closed the session)."""
+        try:
+            message = orjson.loads(raw or b"")
+        except orjson.JSONDecodeError:
+            return ws_error("the message is not valid JSON", "INVALID_JSON", 400)
+        try:
+            _check_text(message)
+            if not isinstance(message, dict):
+                raise ValueError("a message is a JSON object with a `type`: reset, step, state or close")
+            kind = message.get("type")
+            if kind not in ("reset", "step", "state", "close"):
+                return ws_error(
+                    "unknown message type; the types are reset, step, state, close", "UNKNOWN_TYPE", 400
+                )
+            message = Message(**message)
+            if message.type == "reset":
+                return await self.reset(message.data)
+            if message.type == "step":
+                return await self.step(message.data)
+            if message.type == "state":
+                return {"type": "state", "data": self.state.model_dump()}
+            return None
+        except ValidationError as e:
+            return ws_error(
+                describe_validation(e.errors()).replace("request", "message"), "VALIDATION_ERROR", 422
+            )
+        except ValueError as e:
+            return ws_error(f"invalid message: {e}", "VALIDATION_ERROR", 422)
+        except EnvError as e:
+            return ws_error(str(e), ERROR_CODES.get(e.status, "EXECUTION_ERROR"), e.status)
+        except Exception as e:  # the environment raised: this message's 500, the session goes on
+            return ws_error(f"{type(e).__name__}: {e}", "EXECUTION_ERROR", 500)
+
+
+ERROR_CODES = {422: "VALIDATION_ERROR", 503: "CAPACITY_REACHED"}  # else EXECUTION_ERROR, with the status
+
+
+def ws_error(message: str, code: str, status: int, **more) -> dict:
+    return {"type": "error", "data": {"message": safe_text(message), "code": code, "status": status, **more}}
+
+
+async def send(ws: WebSocket, message: dict) -> None:
+    await ws.send_text(SafeJSONResponse(None).render(message).decode("utf-8"))
+
+
+async def session(ws: WebSocket, table: InstanceTable, splits: dict[str, list[int]]) -> None:
+    """Serve one connection: its instance lives exactly as long as the socket (a client that goes
+    away mid-episode frees it, as one that sends `close` does)."""
+    await ws.accept()
+    if "session_id" in ws.query_params:  # OpenEnv's attach to an MCP session: there are none here
+        await send(
+            ws,
+            ws_error("each connection is its own session; there is none to attach to", "SESSION_ERROR", 404),
+        )
+        await ws.close(code=1008)
+        return
+    try:
+        instance = await table.create()
+    except EnvError as e:
+        extra = {"retry_after": RETRY_AFTER} if e.status == 503 else {}
+        await send(ws, ws_error(str(e), ERROR_CODES.get(e.status, "FACTORY_ERROR"), e.status, **extra))
+        await ws.close(code=1013 if e.status == 503 else 1011)
+        return
+    talk = Session(table, instance, splits)
+    try:
+        while True:
+            message = await ws.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            reply = await talk.answer(message.get("text") or message.get("bytes"))
+            if reply is None:  # `close`
+                return
+            await send(ws, reply)
+            if instance not in table.envs:  # a time-out dropped the instance: the session is over
+                await ws.close(code=1011)
+                return
+    except (WebSocketDisconnect, RuntimeError):  # gone while we answered (RuntimeError: sent after close)
+        return
+    finally:
+        if instance in table.envs:
+            await table.close(instance)
+        if ws.application_state != WebSocketState.DISCONNECTED:
+            try:
+                await ws.close()
+            except (WebSocketDisconnect, RuntimeError):  # the client's close crossed ours
+                pass
+
+
+# ---------------------------------------------------------------------------------------------
+# The HTTP side: information, the one-off reset, the task API
+# ---------------------------------------------------------------------------------------------
+
+
+def add_openenv(app: FastAPI, name: str) -> FastAPI:
+    """OpenEnv's endpoints on a server built by `servers.common.build_app`, for the environment
+    `name` of envs/tasks.py (its splits and its instruction)."""
+    table: InstanceTable = app.state.table
+    splits = splits_of(name)
+
+    @app.websocket("/ws")
+    async def ws_session(ws: WebSocket):
+        await session(ws, table, splits)
+
+    async def reset_once(body: ResetBody) -> SafeJSONResponse:
+        """OpenEnv's HTTP /reset is stateless: an instance made for it, reset, answered, closed."""
+        fields = {k: v for k, v in (body.model_extra or {}).items()}
+        fields.update({k: getattr(body, k) for k in ("data_idx", "seed") if getattr(body, k) is not None})
+        try:
+            data = ResetData(**fields)
+        except ValidationError as e:
+            raise EnvError(describe_validation(e.errors()), 422) from None
+        task = task_of(data, splits)
+        instance = await table.create()
+        try:
+            return SafeJSONResponse(openenv_answer(await table.call(instance, "reset", task)))
+        finally:
+            if instance in table.envs:
+                await table.close(instance)
+
+    app.state.reset_without_instance = reset_once
+    add_info(app, name)
+    add_task_api(app, name, splits)
+    return app
+
+
+def add_info(app: FastAPI, name: str) -> None:
+    """/health, /metadata (the agent's instruction as the description), /schema, /state."""
+    from envs.tasks import ENVS
+
+    description = ENVS[name].instruction if name in ENVS else f"the {app.title} environment"
+
+    @app.get("/health")
+    async def health():
+        return {"status": "healthy"}
+
+    @app.get("/metadata")
+    async def metadata():
+        return {"name": name, "description": description, "version": None, "author": None}
+
+    @app.get("/schema")
+    async def schema():
+        return {
+            "action": TextAction.model_json_schema(),
+            "observation": TextObservation.model_json_schema(),
+            "state": SessionState.model_json_schema(),
+        }
+
+    @app.get("/state")
+    async def state():  # stateless over HTTP, as OpenEnv's: a fresh instance's state
+        return SessionState().model_dump()
+
+
+class SplitRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    split: Annotated[str, Field(max_length=100)]
+
+
+class TaskRequest(SplitRequest):
+    index: Id
+
+
+class RangeRequest(SplitRequest):
+    start: Annotated[int, Field(ge=-(2**31), le=2**31)] | None = None
+    stop: Annotated[int, Field(ge=-(2**31), le=2**31)] | None = None
+
+
+def add_task_api(app: FastAPI, name: str, splits: dict[str, list[int]]) -> None:
+    """OpenEnv's task API over the project's splits (its routes are under /{env_name}/)."""
+
+    def ids(env_name: str, split: str) -> list[int]:
+        if env_name.lower() != name.lower():
+            raise EnvError(f"unknown environment {env_name[:100]!r}; this server is {name!r}", 404)
+        if not splits:
+            raise EnvError(f"{name} has no task splits", 501)
+        if split not in splits:
+            raise EnvError(f"no split {split!r}; the splits are {sorted(splits)}")
+        return splits[split]
+
+    @app.get("/list_environments")
+    async def list_environments():
+        return [name]
+
+    @app.get("/{env_name}/splits")
+    async def list_splits(env_name: str):
+        ids(env_name, next(iter(splits), ""))
+        return [{"name": s, "type": split_type(s)} for s in splits]
+
+    @app.post("/{env_name}/tasks")
+    async def list_tasks(env_name: str, body: SplitRequest):
+        tasks = ids(env_name, body.split)[:MAX_LISTED]
+        return {"tasks": [task_spec(body.split, i, d) for i, d in enumerate(tasks)], "env_name": name}
+
+    @app.post("/{env_name}/num_tasks")
+    async def num_tasks(env_name: str, body: SplitRequest):
+        return {"num_tasks": len(ids(env_name, body.split))}
+
+    @app.post("/{env_name}/task")
+    async def get_task(env_name: str, body: TaskRequest):
+        tasks = ids(env_name, body.split)
+        if body.index >= len(tasks):
+            raise EnvError(f"task index {body.index} is outside split {body.split!r} (0..{len(tasks) - 1})")
+        return {"task": task_spec(body.split, body.index, tasks[body.index])}
+
+    @app.post("/{env_name}/task_range")
+    async def get_task_range(env_name: str, body: RangeRequest):
+        tasks = ids(env_name, body.split)
+        picked = range(len(tasks))[body.start : body.stop][:MAX_LISTED]
+        return {"tasks": [task_spec(body.split, i, tasks[i]) for i in picked]}
