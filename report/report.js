@@ -354,10 +354,11 @@ function tokenSummary(rows, clip) {
   const [lo, hi] = (clip || []).map((x) => fmt(x, 2));
   const lines = [trained + " trained tokens (loss mask 1) in " + rows.length + " row(s)" +
     (rows.some((r) => r.forced) ? ", " + forced + " of them forced by the action mask" : "") + "."];
-  lines.push(ratios.length ? "Ratio " + fmt(Math.min(...ratios), 4) + " to " + fmt(Math.max(...ratios), 4) + " at the update; " +
-    "the clip [" + lo + ", " + hi + "] bit on " + bit + " token(s). It bites only where the ratio leaves the range in the " +
-    "direction the advantage pushes: above " + hi + " with A > 0, below " + lo + " with A < 0 (outlined; the pessimistic max " +
-    "then takes the clipped term, which has no gradient). A ratio out of range the other way keeps its gradient." : "No ratio recorded.");
+  const range = ratios.length ? "Ratio " + fmt(Math.min(...ratios), 4) + " to " + fmt(Math.max(...ratios), 4) + " at the update" : "";
+  lines.push(!ratios.length ? "No ratio recorded." : !clip ? range + "." : range + "; the clip [" + lo + ", " + hi + "] bit on " +
+    bit + " token(s). It bites only where the ratio leaves the range in the direction the advantage pushes: above " + hi +
+    " with A > 0, below " + lo + " with A < 0 (outlined; the pessimistic max then takes the clipped term, which has no " +
+    "gradient). A ratio out of range the other way keeps its gradient.");
   if (forced) lines.push("Forced tokens (dotted underline: \" forward\" after \"move\", the end of turn after an action): the " +
     "action mask allowed one id, so their log-prob is 0 and ratio 1 whatever the weights, and they stay uncoloured by both. " +
     "They add no gradient, yet count in the token mean's denominator, so they scale every other token's share of the loss down.");
