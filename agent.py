@@ -13,7 +13,9 @@ again to build a training sequence. A trajectory with full context is ONE token 
     [system + first observation][reply 1 <eos>][glue + observation 2 + assistant header][reply 2 <eos>] ...
      loss_mask = 0               1 ... 1        0 ... 0                                  1 ... 1
 
-where the loss mask is 1 exactly on the agent's own tokens (its reply and end-of-turn token).
+where the loss mask is 1 exactly on the agent's own sampled tokens: its reply and the end-of-turn
+token it sampled to end it. A reply cut at `max_new_tokens` sampled none; the end-of-turn token
+the stream then needs before the glue is the template's, with mask 0 (`WholeConversation`).
 The observation that follows the last action is not appended: nothing after it is trained and
 the outcome reward belongs to the agent's last token (docs/algorithms.md, "the reference
 code's lost reward"). With `context_turns=K > 0` the agent sees only its last K turns (the tiny policy uses
@@ -61,13 +63,13 @@ class Trajectory:
     reward: float = 0.0  # the outcome reward that trains the agent
     score: float = 0.0  # the env's final score, as it reports it
     success: bool = False
-    done: bool = False  # ended by the env (not by the horizon)
+    done: bool = False  # the env said done, or the reset failed (a step's error: as the env said)
     category: str = ""
     error: str = ""
     truncated: int = 0  # replies cut at max_new_tokens (sent parsed as far as they go, as AgentGym does)
-    credit: dict = field(
-        default_factory=dict
-    )  # per turn, the advantage the update gave it (signals.turn_credit)
+    # per turn, the advantage the update gave it, and per token the inspector's numbers
+    # (credit.turn_credit, credit.token_rows)
+    credit: dict = field(default_factory=dict)
 
     @property
     def turns(self) -> int:
@@ -498,8 +500,9 @@ class WholeConversation:
 
 
 class LastTurns:
-    """Context mode `context_turns=K>0`: the agent sees the system message and its last K turns,
-    re-tokenised from the messages each turn. Each turn is its own row, in turn order."""
+    """Context mode `context_turns=K>0`: the agent sees the system message, if it is sent one (the
+    env's instruction, under `Policy.use_instruction`; the tiny policy is sent none), and its last K
+    turns, re-tokenised from the messages each turn. Each turn is its own row, in turn order."""
 
     def __init__(self, policy: Policy):
         self.policy, self._rows = policy, []

@@ -43,7 +43,8 @@ can differ from them by one ulp, and dividing that by a std of the same size (+ 
 signal" into an advantage of ~0.06.
 
 Reads cfg.step_weight (omega), cfg.step_gamma (gamma), cfg.step_norm, cfg.anchor_normaliser,
-cfg.group_std_eps, and GRPO's cfg.clip_ratio, cfg.kl_coef, cfg.entropy_coef (train.Config).
+cfg.group_std_eps, and GRPO's cfg.clip_ratio, cfg.clip_ratio_high, cfg.kl_coef, cfg.entropy_coef
+(train.Config).
 """
 
 from dataclasses import dataclass

@@ -63,7 +63,8 @@ micro-batches (--micro-batch-size, --micro-batch-tokens), as the policy's and th
 in the loss it sees the micro-batch the policy sees.
 
 Reads cfg.gamma, cfg.lam, cfg.norm_adv, cfg.whiten_eps, cfg.vf_coef, cfg.vf_clip, cfg.critic_lr,
-cfg.clip_ratio, cfg.clip_ratio_high, cfg.kl_coef, cfg.entropy_coef, cfg.micro_batch_size,
+cfg.clip_ratio, cfg.clip_ratio_high (DAPO's clip-higher, the upper end 1 + clip_ratio_high; 0:
+the symmetric clip above), cfg.kl_coef, cfg.entropy_coef, cfg.micro_batch_size,
 cfg.micro_batch_tokens (train.Config).
 """
 

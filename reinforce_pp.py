@@ -14,18 +14,23 @@ docs/algorithms-notes.md), and the outcome R sits on the LAST AGENT token:
 
     r_k = -kl_coef * (old_logp_k - ref_logp_k)  +  [k = n-1] * R
     G_k = sum_{j >= k} gamma^(j-k) r_j                              (return-to-go: algorithm.returns_to_go)
-    A   = (G - mean(G)) / std(G)         over ALL agent tokens of the batch (global whitening;
-                                     with several processes, of every process's part: machinery/dist.py)
+    A   = (G - mean(G)) / sqrt(var(G) + whiten_eps)   over ALL agent tokens of the batch (global
+                        whitening; with several processes, of every process's part: machinery/dist.py)
 
-(the whitening statistics in float64, so that equal returns give exactly A = 0), and the loss is
-PPO's clipped surrogate (Schulman et al., 2017, eq. 7; `algorithm.clipped_policy_loss`) with no
-separate KL term (it is already in the reward):
+(var the biased variance, eps under the root where ppo.py adds it to the std; the statistics in
+float64, so that equal returns give exactly A = 0), and the loss is PPO's clipped surrogate
+(Schulman et al., 2017, eq. 7; `algorithm.clipped_policy_loss`) with no separate KL term (it is
+already in the reward):
 
     ratio   = exp(logp - old_logp)
-    pg_loss = max(-A * ratio, -A * clip(ratio, 1 - clip_ratio, 1 + clip_ratio))
+    pg_loss = max(-A * ratio, -A * clip(ratio, 1 - clip_ratio, 1 + eps_high))
     loss    = pg_loss - entropy_coef * entropy                      (token-mean)
 
-Reads cfg.kl_coef, cfg.gamma, cfg.whiten_eps, cfg.clip_ratio, cfg.entropy_coef (train.Config).
+with eps_high = clip_ratio_high, DAPO's clip-higher, or clip_ratio when that is 0 (PPO's symmetric
+clip, the default).
+
+Reads cfg.kl_coef, cfg.gamma, cfg.whiten_eps, cfg.clip_ratio, cfg.clip_ratio_high, cfg.entropy_coef
+(train.Config).
 """
 
 from dataclasses import dataclass
