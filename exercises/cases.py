@@ -341,6 +341,10 @@ def reinforce_pp_cases() -> list[Case]:
         ),
         Case("the k1 KL in the reward (kl_coef 0.5)", dict(cfg, trajectories=whole + per_turn, kl_coef=0.5)),
         Case(
+            "a large whiten_eps (1.0): it goes under the square root, with the variance",
+            dict(cfg, trajectories=whole, whiten_eps=1.0),
+        ),
+        Case(
             "equal rewards of 0.925 (BabyAI's; not exact in float32) and no KL: every advantage exactly 0",
             dict(
                 cfg,

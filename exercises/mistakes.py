@@ -333,6 +333,7 @@ def _reinforce_pp(
     outcome_on_row_end=False,
     whiten_everywhere=False,
     in_float32=False,
+    eps_on_the_std=False,
 ):
     ret = torch.zeros_like(batch.loss_mask)  # (B, T)
     kl = cfg.kl_coef if batch.ref_logprobs is not None else 0.0
@@ -360,8 +361,9 @@ def _reinforce_pp(
         batch.returns = ret
         batch.advantages = (ret - mean) * torch.rsqrt(var + cfg.whiten_eps) * batch.loss_mask
         return
+    scale = 1 / (var.sqrt() + cfg.whiten_eps) if eps_on_the_std else torch.rsqrt(var + cfg.whiten_eps)
     batch.returns = ret
-    batch.advantages = ((ret.double() - mean) * torch.rsqrt(var + cfg.whiten_eps)).float() * batch.loss_mask
+    batch.advantages = ((ret.double() - mean) * scale).float() * batch.loss_mask
 
 
 def _agent_columns(batch):
@@ -388,6 +390,12 @@ def outcome_on_the_rows_last_column(batch, cfg, state=None):
 def whitened_over_every_position(batch, cfg, state=None):
     """mean and var over all (B, T) positions, the zeros off the agent tokens included."""
     _reinforce_pp(batch, cfg, whiten_everywhere=True)
+
+
+def eps_added_to_the_std(batch, cfg, state=None):
+    """(G - mean) / (std + whiten_eps) instead of / sqrt(var + whiten_eps): the same for a small
+    eps, not for a large one."""
+    _reinforce_pp(batch, cfg, eps_on_the_std=True)
 
 
 def whitened_in_float32(batch, cfg, state=None):
@@ -566,6 +574,7 @@ MISTAKES = {
         "the outcome on the row's last column": outcome_on_the_rows_last_column,
         "whitened over every position": whitened_over_every_position,
         "whitened in float32": whitened_in_float32,
+        "whiten_eps added to the std": eps_added_to_the_std,
     },
     8: {
         "the reply text sent as the action": reply_text_sent_as_the_action,
