@@ -9,15 +9,16 @@ docstrings); `settings_class` joins every algorithm's into the one dataclass tra
 so each becomes a command-line flag. Adding an algorithm is one file that builds an `Algorithm` and
 its line in `algos.ALGOS`; no other file names it.
 
-GRPO, RLOO, PPO and REINFORCE++ differ only in the advantage (and PPO adds a value loss): all of
-them maximise PPO's clipped surrogate objective (Schulman et al., 2017, eq. 7)
+GRPO, RLOO, GiGPO, PPO and REINFORCE++ differ in the advantage (and PPO adds a value loss,
+REINFORCE++ moves the KL into the reward: below): all of them maximise PPO's clipped surrogate
+objective (Schulman et al., 2017, eq. 7)
 
     L^CLIP = E_t[ min(r_t A_t, clip(r_t, 1 - eps_low, 1 + eps_high) A_t) ],
                                           r_t = pi(a_t|s_t) / pi_old(a_t|s_t)
 
 over the agent tokens of a minibatch, averaged per token ("token-mean"), written below as the loss
 max(-A r, -A clip(r)) = -min(A r, A clip(r)). eps_low = eps_high = --clip-ratio is PPO's; a larger
-eps_high (--clip-ratio-high) is DAPO's "clip-higher" : a token the policy
+eps_high (--clip-ratio-high) is DAPO's "clip-higher": a token the policy
 finds unlikely may then grow further before its gradient is clipped, which keeps entropy from
 collapsing (DAPO: Yu et al., 2025, arXiv 2503.14476, "clip-higher"). With it, optionally, the k3
 estimator of the KL to the frozen reference model
@@ -55,8 +56,9 @@ from machinery.flags import flag
 @dataclass
 class State:
     """What an algorithm trains beside the policy, with its own optimizer (PPO's critic).
-    train.py prepares both with Accelerate, zeroes, clips and steps the optimizer with the
-    policy's, saves them to <checkpoint>/<name>.pt and restores them on --resume."""
+    update.py prepares both with Accelerate (`load_learner`), zeroes, clips and steps the optimizer
+    with the policy's; a checkpoint saves them to <checkpoint>/<name>.pt, and --resume restores
+    them (machinery/checkpoint.py)."""
 
     name: str
     model: torch.nn.Module

@@ -25,8 +25,9 @@ and no extra rollouts (Feng et al., 2025; its section and equation numbers were 
   Step level: normalised within the step group S of turn (i, t)
       A^S_{i,t} = (R_{i,t} - mean_{(j,k) in S} R_{j,k}) / (std_{(j,k) in S} R_{j,k} + eps)
                                              (grpo.group_advantages again, keyed by step group)
-  A turn from a state no other rollout reached (a singleton group) has nothing to compare with and
-  gets A^S = 0 (only the episode term); a step group whose returns are all equal gets A^S = 0.
+  A turn from a state no other turn of its group reached (a singleton group) has nothing to compare
+  with and gets A^S = 0 (only the episode term); a step group whose returns are all equal gets A^S = 0.
+  A state one rollout revisits is a step group too: its turns are compared with each other.
 
   Combined, on every agent token of turn t of trajectory i:
       A_{i,t} = A^E_i + omega * A^S_{i,t}

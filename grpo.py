@@ -56,8 +56,9 @@ class Settings:
 
 def group_advantages(rewards: torch.Tensor, groups, eps: float = 1e-6, use_std: bool = True) -> torch.Tensor:
     """(N,) rewards, N group keys (a tensor of ids, or any hashable keys such as GiGPO's (group,
-    state) pairs) -> (N,) GRPO advantages (R - mean_g) / (std_g + eps), statistics in float64;
-    `use_std=False`: R - mean_g (GiGPO's mean-norm). A group of one gets 0."""
+    state) pairs) -> (N,) GRPO advantages (R - mean_g) / (std_g + eps), statistics in float64
+    (std_g the sample std, n - 1 in the denominator, as torch.std); `use_std=False`: R - mean_g
+    (GiGPO's mean-norm). A group of one gets 0."""
     x = rewards.double()
     adv = torch.zeros_like(x)
     members = defaultdict(list)

@@ -194,8 +194,9 @@ def advantages(batch, cfg, state: State | None = None) -> None:
 
 
 def whiten(adv: torch.Tensor, mask: torch.Tensor, eps: float) -> torch.Tensor:
-    """(B, T) -> (B, T): zero mean, unit std over the agent tokens of the global batch (every
-    process's; statistics in float64, so that equal advantages give exactly 0); 0 elsewhere."""
+    """(B, T) -> (B, T): (A - mean) / (std + eps) over the agent tokens of the global batch (every
+    process's; std the biased one; statistics in float64, so that equal advantages give exactly 0);
+    0 elsewhere."""
     mean, var = global_masked_moments(adv, mask)  # over every process's agent tokens (machinery/dist.py)
     return ((adv.double() - mean) / (var.sqrt() + eps) * mask.double()).to(adv.dtype)
 

@@ -25,8 +25,8 @@ maximises their likelihood:
                    (`update.accumulate_gradients`, the same `LogprobForward` and log-prob machinery
                    as train.py's) with the loss below as its algorithm; LoRA (machinery/lora.py)
                    or all weights. Writes <out>/checkpoint (a plain Hugging Face folder that
-                   `train.py --model` and `eval.py --model` load like any other), <out>/metrics.jsonl
-                   and <out>/loss.png.
+                   `train.py --model` and `eval.py --model` load like any other), <out>/metrics.jsonl,
+                   <out>/loss.png and <out>/summary.json.
     relabel        DAgger: a policy's own episodes replayed with the expert asked at every state
                    they reached; `relabelled` trains each of those states once on the expert's
                    action, in the context of the policy's own episode (what to do after its own
@@ -414,7 +414,8 @@ def sft_step(
     """One optimizer step on a batch of demonstration rows (this process's share; empty: `filler` at
     weight 0): L_SFT's gradients accumulated micro-batch by micro-batch (`update.accumulate_gradients`),
     clipped to --max-grad-norm and stepped as the RL update steps (`update.step_optimizers`: skipped
-    on a NaN, fp16's scaler). Returns the loss's statistics and the gradient norm before clipping."""
+    when the loss or the norm is not finite; fp16's scaler). Returns the loss's statistics and the
+    gradient norm before clipping."""
     policy.model.train()
     optimizer.zero_grad()
     stats = accumulate_gradients(forward, batch, SFT, run, None, accelerator, filler)

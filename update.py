@@ -15,7 +15,7 @@ sft.py runs the same `accumulate_gradients` with behaviour cloning's loss.
                 logp, entropy = token_logprobs(policy, micro)        # (B, T) at the agent tokens
                 loss = algo.loss(logp, entropy, micro) * share(micro)
                 loss.backward()
-            clip_grad_norm; optimizer.step (skipped when anything is NaN)
+            clip_grad_norm; optimizer.step (skipped when the loss or a norm is not finite)
 
 pi_old is the policy that sampled the rollouts: the sampled log-probs, or under --mixed-precision the
 update's own forward before any step (`pi_old_from_update`) or a separate pass
