@@ -3,8 +3,10 @@ answers `reset(slots, tasks)` and `step(slots, actions)` as `envs.EnvPool` does.
 
 Task t puts the goal t cells ahead; "forward" and "back" move; any other action is refused with
 BabyAI's words and the agent stays. Reaching the goal ends the episode with score 10 - steps
-(`SPEC.score_scale` 10: reward 1 - steps / 10). Task -1 fails at reset; task 99 at its first
-step, task 98 at its second, and so on down to 91 (an environment error, as a crashed server gives).
+(`SPEC.score_scale` 10: reward 1 - steps / 10); every step before sends the score so far, the cells
+ahead of the start (0 behind it), a running score as SciWorld's is. Task -1 fails at reset; task 99
+at its first step, task 98 at its second, and so on down to 91 (an environment error, as a crashed
+server gives).
 Task 100 + t is the same corridor with t cells to walk, in a variant that sends no "score": a step
 forward earns reward 1 and a step back -1, so the rewards add up to the distance walked.
 
@@ -75,7 +77,12 @@ class Corridor:
             return self.unscored(state, action)
         if action not in ("forward", "back"):
             note = f'"{action}" is not an available action. '
-            return {"observation": note + self.describe(state), "reward": 0.0, "score": 0.0, "done": False}
+            return {
+                "observation": note + self.describe(state),
+                "reward": 0.0,
+                "score": self.so_far(state),
+                "done": False,
+            }
         state[0] += 1 if action == "forward" else -1
         if state[0] == state[1]:
             return {
@@ -84,7 +91,15 @@ class Corridor:
                 "score": 10.0 - state[2],
                 "done": True,
             }
-        return {"observation": self.describe(state), "reward": 0.0, "score": 0.0, "done": False}
+        return {
+            "observation": self.describe(state),
+            "reward": 0.0,
+            "score": self.so_far(state),
+            "done": False,
+        }
+
+    def so_far(self, state: list) -> float:
+        return float(max(state[0], 0))
 
     def unscored(self, state: list, action: str) -> dict:
         moved = {"forward": 1, "back": -1}.get(action, 0)

@@ -453,6 +453,9 @@ def _rollout(
             tr.actions.append(action)
             tr.rewards.append(float(r.get("reward", 0.0)))
             tr.score = float(r.get("score", sum(tr.rewards) if score_default == "sum" else tr.rewards[-1]))
+            if score_default == "scores summed":
+                tr.scores = getattr(tr, "scores", 0.0) + float(r.get("score", tr.rewards[-1]))
+                tr.score = tr.scores
             tr.observations.append(r.get("observation", ""))
             tr.error, tr.done = r.get("error", ""), bool(r.get("done") or (error_done and r.get("error")))
             if drop_finished and (tr.done or tr.error):
@@ -496,6 +499,12 @@ def score_from_the_last_reward(*args, **kwargs):
     """Without a "score" in the step's result, the score is the last step's reward, not the sum of
     the episode's rewards: an environment that pays along the way is paid for its last step only."""
     return _rollout(*args, **kwargs, score_default="last")
+
+
+def scores_summed(*args, **kwargs):
+    """The episode's score as the sum of every step's "score": a server's score is the running
+    total (SciWorld's, the corridor's), so the sum counts each step's progress again."""
+    return _rollout(*args, **kwargs, score_default="scores summed")
 
 
 def success_from_the_score(*args, **kwargs):
@@ -582,6 +591,7 @@ MISTAKES = {
         "the score not scaled": score_not_scaled,
         "the horizon counted as done": horizon_counted_as_done,
         "the score from the last reward": score_from_the_last_reward,
+        "the scores summed": scores_summed,
         "success from the score, not the reward": success_from_the_score,
         "success strictly above success_at": success_strictly_above,
         "an error marked done": an_error_marked_done,

@@ -141,7 +141,8 @@ def test_the_corridor_refuses_a_call_a_strict_server_or_the_pool_refuses(call, r
 
 def test_problem_8_catches_the_score_and_success_mistakes_on_the_cases_made_for_them():
     assert failures(8, MISTAKES[8]["the score from the last reward"])[0].startswith("case 8 ")
-    assert failures(8, MISTAKES[8]["success from the score, not the reward"])[0].startswith("case 6 ")
+    found = failures(8, MISTAKES[8]["success from the score, not the reward"])
+    assert any(m.startswith("case 6 ") for m in found)
 
 
 def test_the_course_says_how_many_cases_a_check_runs_and_how_many_failing_ones_it_prints():
