@@ -76,6 +76,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+import paper_records  # noqa: E402 (benchmarks/, beside this file)
+from paper_records import STUDY, seeds_aware_se  # noqa: E402
+
 FREE = "--mask-actions off --context-turns 0 --max-new-tokens 64"
 
 # per environment: expert episodes written, demonstrations trained on, the RL horizon (--rounds: one
@@ -161,19 +164,77 @@ NAMES = {"babyai": "BabyAI", "textcraft": "TextCraft", "searchqa": "Deep Search"
 
 
 def stage(root: str, name: str, command: str, extra=(), done: str = "") -> None:
-    """Run `python <command> <extra>` unless `done` (default <root>/<name>/summary.json) exists; log
-    to <root>/<name>.log, its wall time to <root>/times.json."""
-    if os.path.exists(done or os.path.join(root, name, "summary.json")):
-        return
+    """Run `python <command> <extra>` unless stage `name` is done: its record exists (a row that
+    keeps records: paper_records.py) or, without one, `done` (default <root>/<name>/summary.json)
+    does. Log to <root>/<name>.log, its wall time to <root>/times.json and the record. Before it
+    runs, every earlier stage whose output its command reads is rebuilt if runs/ lacks it."""
+    done = done or os.path.join(root, name, "summary.json")
     argv = shlex.split(command) + list(extra)
+    STUDY.stages[name] = (root, argv, done)
+    recorded = STUDY.records and os.path.exists(paper_records.record_path(name))
+    if recorded or os.path.exists(done):
+        if STUDY.records and not recorded:  # ran before the row kept records: record it now
+            times = read_times(root)
+            paper_records.write_record(os.path.join(root, name), name, argv, times.get(name))
+        return
+    if not paper_records.fits(name):
+        return
+    for needed in inputs(root, name, argv):
+        rebuild(needed)
+    seconds = run(root, name, argv)
+    STUDY.finished.append((name, seconds))
+    if STUDY.records:
+        paper_records.write_record(os.path.join(root, name), name, argv, seconds)
+
+
+def run(root: str, name: str, argv: list[str]) -> float:
+    """One stage's command, in the row's code (STUDY.cwd), logged; its wall time in times.json."""
     print("$ python", shlex.join(argv), flush=True)
     t0 = time.time()
     with open(os.path.join(root, f"{name}.log"), "w") as log:
-        subprocess.run([sys.executable, *argv], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=True)
-    times_path = os.path.join(root, "times.json")
-    times = json.load(open(times_path)) if os.path.exists(times_path) else {}
-    times[name] = round(time.time() - t0, 1)
-    json.dump(times, open(times_path, "w"), indent=1)
+        code = STUDY.cwd  # the row's pinned revision
+        subprocess.run([sys.executable, *argv], cwd=code, stdout=log, stderr=subprocess.STDOUT, check=True)
+    seconds = round(time.time() - t0, 1)
+    times = read_times(root)
+    times[name] = seconds
+    json.dump(times, open(os.path.join(root, "times.json"), "w"), indent=1)
+    return seconds
+
+
+def read_times(root: str) -> dict:
+    path = os.path.join(root, "times.json")
+    return json.load(open(path)) if os.path.exists(path) else {}
+
+
+def inputs(root: str, name: str, argv: list[str]) -> list[str]:
+    """The earlier stages whose outputs (<root>/<stage>/...) a stage's command reads."""
+    found = re.findall(re.escape(root) + r"/(\w+)", " ".join(argv))
+    return [n for n in dict.fromkeys(found) if n != name and n in STUDY.stages]
+
+
+def rebuild(name: str) -> None:
+    """Stage `name`'s outputs back in runs/ when they are gone: its own inputs first, then its command
+    at the row's pinned revision, checked against its record (paper_records.check_rebuild); then the
+    files the recipe makes from them (`derive`). Nothing is chosen again."""
+    root, argv, done = STUDY.stages[name]
+    if not os.path.exists(done):
+        for needed in inputs(root, name, argv):
+            rebuild(needed)
+        print(f"(rebuilding {name}: a later stage reads it and runs/ lacks it)", flush=True)
+        run(root, name, argv)
+        if STUDY.records and os.path.exists(paper_records.record_path(name)):
+            paper_records.check_rebuild(os.path.join(root, name), name)
+    for path, (source, make) in STUDY.derived.items():
+        if source == name and not os.path.exists(path):
+            make()
+
+
+def derive(path: str, source: str, reads: str, make) -> None:
+    """A file the recipe makes from stage `source`'s output `reads` (`make()` writes it): made now
+    when that output is there, else when a later stage rebuilds `source`."""
+    STUDY.derived[path] = (source, make)
+    if not os.path.exists(path) and os.path.exists(reads):
+        make()
 
 
 def resume_flag(out: str) -> str:
@@ -240,7 +301,8 @@ def recipe(
     imitation = ["sft"]  # the imitation checkpoints, in order
     labels = [f"{d}/demos/first.jsonl"]  # DAgger's aggregate: every round trains on all labels so far
     if r["dagger"]:
-        first_successes(f"{d}/demos/trajectories.jsonl", labels[0], r["demos"])
+        demos_out = f"{d}/demos/trajectories.jsonl"
+        derive(labels[0], "demos", demos_out, lambda: first_successes(demos_out, labels[0], r["demos"]))
     for k, n in enumerate(r["dagger"], start=1):  # round k: the last checkpoint's own episodes on the
         name = "dagger" if k == 1 else f"dagger{k}"  # next n train tasks, labelled by the expert
         first = sum(r["dagger"][: k - 1])
@@ -345,14 +407,31 @@ def best_imitation(d: str, names: list[str], metric: str) -> str:
 
 
 def per_task(folder: str, metric: str) -> dict:
-    """task -> its episodes' mean `metric` in an evaluation's trajectories.jsonl (environment errors
-    left out, as eval.py's rates leave them out)."""
-    by_task = {}
-    for line in open(os.path.join(folder, "trajectories.jsonl")):
-        episode = json.loads(line)
-        if not episode.get("error"):
-            by_task.setdefault(episode["task"], []).append(float(episode[metric]))
-    return {task: statistics.mean(xs) for task, xs in by_task.items()}
+    """task -> its episodes' mean `metric` in an evaluation (<d>/<name>: its record, or its output
+    folder's trajectories.jsonl; environment errors left out, as eval.py's rates leave them out)."""
+    rec = result(os.path.dirname(folder), os.path.basename(folder)) or {}
+    return {task: statistics.mean(xs) for task, xs in rec.get("outcomes", {}).get(metric, {}).items() if xs}
+
+
+def result(d: str, name: str) -> dict | None:
+    """Stage `name`'s result as a record holds it (paper_records.py): <d>/<name>.json (a records
+    folder: --table), the row's record while its recipe runs, else read from the output folder
+    <d>/<name>/ (a row that keeps no records). None: the stage has not finished."""
+    paths = [os.path.join(d, f"{name}.json")]
+    if STUDY.records and os.path.abspath(d) == STUDY.runs:
+        paths.append(paper_records.record_path(name))
+    for path in paths:
+        if os.path.exists(path):
+            return paper_records.load(path)
+    return paper_records.read_outputs(os.path.join(d, name))
+
+
+def stage_names(d: str) -> set[str]:
+    """The stages with a result in `d` (output folders or records), and in the row's records while
+    its recipe runs."""
+    places = [d] + ([STUDY.records] if STUDY.records and os.path.abspath(d) == STUDY.runs else [])
+    found = {f.removesuffix(".json") for p in places if os.path.isdir(p) for f in os.listdir(p)}
+    return found - {"row", "times"}
 
 
 def mean_of(task_figures: dict) -> float:
@@ -371,15 +450,13 @@ def mean_se(xs: list[float]) -> str:
     return f"{statistics.mean(xs):.1f} ± {statistics.stdev(xs) / math.sqrt(len(xs)):.1f}"
 
 
-def valid_share(path: str) -> tuple[int, int]:
-    from sft import read_records, valid_replies
-
-    return valid_replies(read_records(path)) if os.path.exists(path) else (0, 0)
+def valid_share(d: str, name: str) -> tuple[int, int]:
+    """(valid replies, replies) of an evaluation (sft.valid_replies, kept in its record)."""
+    return tuple((result(d, name) or {}).get("valid", (0, 0)))
 
 
 def summary_of(d: str, name: str) -> dict | None:
-    path = os.path.join(d, name, "summary.json")
-    return json.load(open(path)) if os.path.exists(path) else None
+    return (result(d, name) or {}).get("summary")
 
 
 def paired_gain(rl: list[dict], base: dict) -> tuple[float, float, int] | None:
@@ -394,32 +471,9 @@ def paired_gain(rl: list[dict], base: dict) -> tuple[float, float, int] | None:
     return statistics.mean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs)), len(diffs)
 
 
-def seeds_aware_se(rl: list[dict], base: dict, draws: int = 4000) -> float | None:
-    """The standard error of `paired_gain`'s mean counting the RL seeds as well as the test tasks: a
-    two-level bootstrap that, in each draw, resamples the tasks and the seeds (with replacement; one
-    seed draw for all tasks, since a seed is one run, good or bad on every task) and takes RL's
-    mean over the drawn seeds and tasks minus the base's over the drawn tasks. With one seed it is
-    the tasks' bootstrap; the spread between seeds (a run that did well, one that did not) widens
-    it, which the over-tasks error never sees. A fixed draw: the same runs give the same figure."""
-    import numpy as np
-
-    tasks = sorted(set(base).intersection(*rl)) if rl else []
-    if len(tasks) < 2:
-        return None
-    runs = np.array([[seed[t] for t in tasks] for seed in rl])  # (seeds, tasks)
-    start = np.array([base[t] for t in tasks])  # (tasks,)
-    rng = np.random.default_rng(0)
-    gains = []
-    for _ in range(draws):
-        t = rng.integers(0, len(tasks), len(tasks))
-        s = rng.integers(0, len(rl), len(rl))
-        gains.append(runs[np.ix_(s, t)].mean() - start[t].mean())
-    return float(np.std(gains, ddof=1))
-
-
 def rl_runs(d: str, split: str) -> list[str]:
     """The RL seeds (rl_s<seed>) whose evaluation on `split` (test or val) is done, in seed order."""
-    names = [n.removeprefix(f"{split}_") for n in os.listdir(d) if re.fullmatch(rf"{split}_rl_s\d+", n)]
+    names = [n.removeprefix(f"{split}_") for n in stage_names(d) if re.fullmatch(rf"{split}_rl_s\d+", n)]
     return sorted((n for n in names if summary_of(d, f"{split}_{n}")), key=lambda n: int(n[4:]))
 
 
@@ -452,7 +506,7 @@ def row(env: str, root: str) -> dict | None:
     imitation checkpoint has its test evaluation yet."""
     d, metric = os.path.join(root, env), metric_of(env)
     names = sorted(
-        (n for n in os.listdir(d) if re.fullmatch(r"sft\d*", n)) if os.path.isdir(d) else [],
+        (n for n in stage_names(d) if re.fullmatch(r"sft\d*", n)),
         key=lambda n: int(n[3:] or 1),
     )
     imitation = [n for n in names if summary_of(d, f"test_{n}") and summary_of(d, f"val_{n}")]
@@ -460,7 +514,7 @@ def row(env: str, root: str) -> dict | None:
         return None
     best = best_imitation(d, imitation, metric)
     seeds = rl_runs(d, "test")
-    selfs = sorted((n for n in os.listdir(d) if re.fullmatch(r"self\d+", n) and summary_of(d, f"val_{n}")),
+    selfs = sorted((n for n in stage_names(d) if re.fullmatch(r"self\d+", n) and summary_of(d, f"val_{n}")),
                    key=lambda n: int(n[4:]))  # fmt: skip
     chosen = best_imitation(d, selfs, metric) if selfs else None  # self-training's round, on validation
     test = {n: per_task(os.path.join(d, f"test_{n}"), metric) for n in ["base", *imitation, *seeds, chosen]
@@ -469,9 +523,8 @@ def row(env: str, root: str) -> dict | None:
     tested = chosen in test  # self-training's chosen round has its test evaluation
     val = {n: per_task(os.path.join(d, f"val_{n}"), metric) for n in imitation}
     head = summary_of(d, f"val_{best}")["pass_at_k"]
-    times_path = os.path.join(d, "times.json")
-    times = json.load(open(times_path)) if os.path.exists(times_path) else {}
-    valid = [valid_share(os.path.join(d, f"test_{n}", "trajectories.jsonl")) for n in seeds]
+    times = {n: (result(d, n) or {}).get("seconds") or read_times(d).get(n) for n in seeds}
+    valid = [valid_share(d, f"test_{n}") for n in seeds]
     expert = summary_of(d, "demos")
     return dict(
         episodes=summary_of(d, f"test_{best}")["n_episodes"],
@@ -496,7 +549,7 @@ def row(env: str, root: str) -> dict | None:
         if tested
         else None,
         valid=(  # (valid, replies): the best imitation checkpoint's, then the RL seeds' summed
-            valid_share(os.path.join(d, f"test_{best}", "trajectories.jsonl")),
+            valid_share(d, f"test_{best}"),
             (sum(v for v, _ in valid), sum(n for _, n in valid)),
         ),
         rl_seconds=[times.get(n) for n in seeds],
@@ -513,7 +566,8 @@ def table(root: str) -> str:
     head = (
         "| environment (test episodes) | expert (train) | base SmolLM2 | imitation on test (val) "
         "| best imitation's pass@1 -> pass@8 (val) | SFT + RL, each seed | RL - best imitation, paired "
-        "| ± counting seeds | self-training on test (val) | RL - self-training, paired, ± counting seeds "
+        "| ± counting seeds | self-training on test (val) | RL - self-training, paired, ± counting RL's seeds "
+        "(self-training's one run: its own spread not counted) "
         "| valid replies, best imitation -> RL | RL time per seed | paper 7B base -> RL |\n"
         "|---|---:|---:|---|---|---|---|---|---|---|---|---|---|\n"
     )
@@ -588,7 +642,28 @@ def main(argv=None):
         "rl_train task goes to the expert, with the train tasks outside rl_train; RL draws the rest",
     )
     p.add_argument("--val-only", action="store_true", help="stop before the test episodes (a lever on trial)")
-    p.add_argument("--table", action="store_true", help="print the table (also written to <root>/table.md)")
+    p.add_argument(
+        "--records",
+        help="where each stage's record goes, <records>/<env>/<stage>.json (default docs/paper-table for "
+        "the CPU row, <root>/records for another --root or --model; 'none': keep no records)",
+    )
+    p.add_argument(
+        "--pin",
+        help="the revision a new row's stages run at, in a git worktree (default: this checkout's HEAD; "
+        "a row already started keeps the revision in its row.json)",
+    )
+    p.add_argument(
+        "--budget",
+        type=float,
+        metavar="MINUTES",
+        help="run the next stages that fit in MINUTES (estimated from the records' wall times; an RL "
+        "seed counts with its validation), then print what finished and what remains",
+    )
+    p.add_argument(
+        "--table",
+        action="store_true",
+        help="print the table from the records (also written to table.md there)",
+    )
     p.add_argument(
         "--compare",
         metavar="ROOT",
@@ -597,7 +672,11 @@ def main(argv=None):
     )
     args, extra = p.parse_known_args(argv)  # the rest goes to every model-running command (--threads 1)
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", os.path.basename(args.model.rstrip("/")))  # Qwen2.5-1.5B-Instruct
-    args.root = args.root or ("runs/paper" if args.model == BASE else f"runs/paper-{name}")
+    default_root = "runs/paper" if args.model == BASE else f"runs/paper-{name}"
+    if not args.records:
+        args.records = paper_records.RECORDS if not args.root and args.model == BASE else None
+    args.root = os.path.abspath(args.root or default_root)  # the stages run in the row's worktree
+    args.records = args.records or os.path.join(args.root, "records")
     if args.compare:
         if not args.env:
             p.error("--compare needs --env")
@@ -619,10 +698,18 @@ def main(argv=None):
         if args.disjoint:
             RECIPES[args.env] = dict(RECIPES[args.env], disjoint=True)
         seeds = [int(s) for s in args.seeds.split(",") if s]
+        STUDY.runs = os.path.join(args.root, args.env)
+        if args.records != "none":
+            STUDY.records = os.path.join(args.records, args.env)
+            STUDY.revision, STUDY.cwd = paper_records.pin(STUDY.records, args.pin, os.path.join(ROOT, "runs"))
+        STUDY.deadline = time.time() + 60 * args.budget if args.budget else math.inf
         recipe(args.env, args.root, seeds, extra, args.val_only, args.model)
+        print(paper_records.report())
     if args.table or args.env:
-        text = table(args.root)
-        with open(os.path.join(args.root, "table.md"), "w") as f:
+        where = args.root if args.records == "none" else args.records
+        text = table(where)
+        os.makedirs(where, exist_ok=True)
+        with open(os.path.join(where, "table.md"), "w") as f:
             f.write(text)
         print(text)
 
