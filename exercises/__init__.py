@@ -5,7 +5,7 @@ Where it sits: beside the project, importing it and never imported by it. Each p
 properties), the paper to read, what is left to decide, and the project function it mirrors (read
 after the check passes); you fill in its function. `python -m exercises.check N` compares yours
 with the project's own on chosen cases (`cases.py`) and says, for the first failing cases, what
-each tests, its inputs, what was expected and what came back
+each tests, every input your function reads, what was expected and what came back
 (`--solution` checks the project's function itself; `--train` on problem 2 puts yours into the real
 training loop). `mistakes.py` holds, per problem, wrong versions that students write; the checker
 catches each (tests/test_exercises.py). `corridor.py` is problem 8's small environment; `faults.py`

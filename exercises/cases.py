@@ -5,6 +5,12 @@ Where it sits: `check.py` reads `PROBLEMS`; nothing else does. A reference is th
 function itself, or (problems 1 and 5) a few lines that drive the project's class with the
 problem's arguments: never a copy of the math. Each case's `what` is the sentence a student reads
 when that case fails, so it says what the case is about.
+
+Three rules keep a wrong answer from passing. A loss is compared with its gradient with respect to
+every input that carries one in training (problem 3: logp and entropy). Where the contract asks for
+float64 so that equal values give exactly 0, the case uses values float32 rounds (BabyAI's 0.925),
+not ones it holds exactly (1.0, 0.5). A stand-in refuses every call the real thing refuses
+(problem 8's corridor, `corridor.py`).
 """
 
 import functools

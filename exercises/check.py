@@ -6,7 +6,8 @@
 
 Where it sits: reads `cases.PROBLEMS` (each problem's reference, the project's function, and its
 cases), imports your stub, runs both on every case and prints the first MAX_SHOWN cases that
-differ, each with what it tests, its inputs in full, what was expected and what came back, and
+differ, each with what it tests, every input the function reads in full (what a case builds and
+hands it too: problem 7's batch, problem 8's spec), what was expected and what came back, and
 counts the rest. Exit code 0: every case agrees.
 `failures(n, fn)` is the same check as a function (tests/test_exercises.py calls it).
 """
