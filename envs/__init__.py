@@ -27,6 +27,8 @@ environment code never blocks or crashes the learner.
     ENVS        (tasks.py) per environment, an `EnvSpec`: its server module, named task splits
                 (train and test never overlap), how to read an action out of a reply, the
                 instruction given to the agent.
+    env_spec    ENVS[env], or for `--env openenv` the spec any OpenEnv server describes
+                (openenv.py, whose OpenEnvPool `open_pool` then opens: a WebSocket per slot).
 """
 
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +36,7 @@ from typing import Callable
 
 import requests
 
+from envs.openenv import OpenEnvPool, describe, http_url, spec_of
 from envs.process import EnvServer, _descendants, free_port  # noqa: F401 (re-exported)
 from envs.tasks import (  # noqa: F401 (re-exported: `from envs import ENVS`)
     ENVS,
@@ -297,7 +300,7 @@ class EnvPool:
 def check_server(url: str, timeout: float = 10.0) -> None:
     """A clear error, before anything else runs, when nothing answers at `url`."""
     try:
-        r = requests.get(url.rstrip("/") + "/", timeout=timeout)
+        r = requests.get(http_url(url) + "/", timeout=timeout)  # (an OpenEnv ws:// address too)
     except requests.RequestException as e:
         raise RuntimeError(
             f"no environment server answers at {url} ({type(e).__name__}); start one "
@@ -318,11 +321,28 @@ def server_url(url: str, rank: int = 0) -> str | None:
     return urls[rank % len(urls)] if urls else None
 
 
+def env_spec(env: str, url: str | None = None, *splits: str) -> EnvSpec:
+    """ENVS[env]; for `openenv`, the spec the OpenEnv server at `url` describes, which must have
+    the named `splits` (the other environments' are checked when their flags are read)."""
+    if env != "openenv":
+        return ENVS[env]
+    spec = spec_of(describe(url))
+    for split in splits:
+        if split not in spec.splits:
+            raise ValueError(
+                f"split {split!r}: the OpenEnv environment at {url} has the splits {', '.join(spec.splits)}"
+            )
+    return spec
+
+
 def open_pool(
     env: str, size: int, url: str | None = None, log_path: str | None = None, create: dict | None = None
 ) -> EnvPool:
     """A pool for `env`: on the server at `url` if given (checked first), else on a fresh local
-    server process. `create`: extra fields of POST /create (e.g. BabyAI's {"render": true})."""
+    server process. `create`: extra fields of POST /create (e.g. BabyAI's {"render": true}). For
+    `openenv`, OpenEnv sessions on the server at `url`."""
+    if env == "openenv":
+        return OpenEnvPool(url, size)
     spec = ENVS[env]
     if url:
         check_server(url)

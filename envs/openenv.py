@@ -1,0 +1,205 @@
+"""Any OpenEnv environment as the agent sees it: `--env openenv --url ws://host:port`.
+
+Where it sits: beside the HTTP client and pool of envs/__init__.py, which hands `--env openenv` here
+(`env_spec`, `open_pool`): `agent.py` rolls out through an `OpenEnvPool` exactly as through an
+`EnvPool`. OpenEnv (the `openenv` package; TRL's environments and OpenEnv's hub speak it) serves an
+environment as a WebSocket session per episode (`/ws`: reset, step, state, close messages) beside
+HTTP endpoints that describe it (`/schema`, `/metadata`) and, optionally, a task API with splits.
+This file speaks that wire protocol itself, a few messages over `websockets`: nothing here imports
+the `openenv` package or its dependencies (tests/test_openenv_train.py checks it).
+
+    describe(url)   what the server says about itself, once: the action's text field (the one
+                    string field of `/schema`'s action), the observation's text field (the one
+                    string field of its observation), the instruction (`/metadata`'s description)
+                    and its splits (task API: GET /list_environments, /<name>/splits, POST
+                    /<name>/num_tasks).
+    spec_of(info)   an EnvSpec: each split's tasks numbered one after another (split 1's n tasks
+                    are task ids 0..n-1, split 2's follow), so that a task id is (split, index)
+                    and reset sends {"split", "index"}; without a task API, a task id is a seed,
+                    {"seed": id} (train 0-9999, test 10000-10199, val 10200-10299, as BabyAI's).
+                    The whole reply is the action (the server parses it); the outcome is the sum
+                    of the step rewards (or the observation's `score`), a success at 1 or more.
+    OpenEnvPool     EnvPool's interface (reset, step, close) over one WebSocket per slot, all slots
+                    in flight at once on a thread pool. The observation's text is the user's message,
+                    its other fields (e.g. `available_actions`, for action masking) ride along; a
+                    failed session ends that episode with `error` set and is opened afresh at the
+                    next reset, as EnvPool does with a failed request.
+"""
+
+import bisect
+import json
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import lru_cache
+
+import requests
+from websockets.exceptions import WebSocketException
+from websockets.sync.client import connect
+
+from envs.tasks import EnvSpec, whole_reply
+
+SEED_SPLITS = {"train": range(0, 10_000), "test": range(10_000, 10_200), "val": range(10_200, 10_300)}
+CLOSE = json.dumps({"type": "close"})
+
+
+@dataclass(frozen=True)
+class OpenEnvInfo:
+    url: str  # http(s):// base of the server
+    action_field: str  # the action's text field: {action_field: reply}
+    text_field: str | None  # the observation's text field (None: the observation shown as JSON)
+    instruction: str
+    splits: tuple[tuple[str, int], ...]  # (name, number of tasks), in the server's order; () no task API
+
+
+def http_url(url: str) -> str:
+    """ws(s)://host:port[/ws] -> http(s)://host:port."""
+    url = url.rstrip("/").removesuffix("/ws")
+    return "http" + url[2:] if url.startswith("ws") else url
+
+
+def text_fields(schema: dict, skip: tuple[str, ...]) -> list[str]:
+    """The string-typed fields of a JSON schema (required ones first), except `skip`."""
+    props, required = schema.get("properties", {}), schema.get("required", [])
+    strings = [k for k, v in props.items() if k not in skip and v.get("type") == "string"]
+    return sorted(strings, key=lambda k: k not in required)
+
+
+@lru_cache(maxsize=None)
+def describe(url: str, timeout: float = 30.0) -> OpenEnvInfo:
+    base = http_url(url)
+    get = lambda path: requests.get(base + path, timeout=timeout)  # noqa: E731
+    schema = get("/schema").json()
+    actions = text_fields(schema["action"], ("metadata",))
+    if len(actions) != 1:
+        raise ValueError(
+            f"the OpenEnv environment at {url} takes actions with the text fields {actions}: "
+            "--env openenv sends the reply as an action's one text field"
+        )
+    texts = text_fields(schema.get("observation", {}), ("metadata",))
+    meta = get("/metadata")
+    instruction = meta.json().get("description", "") if meta.status_code == 200 else ""
+    return OpenEnvInfo(
+        base, actions[0], texts[0] if len(texts) == 1 else None, instruction, task_splits(base, get)
+    )
+
+
+def task_splits(base: str, get) -> tuple[tuple[str, int], ...]:
+    """(split, number of tasks) from OpenEnv's task API; () when the server has none."""
+    listed = get("/list_environments")
+    if listed.status_code != 200 or not listed.json():
+        return ()
+    name = listed.json()[0]
+    splits = get(f"/{name}/splits")
+    if splits.status_code != 200:  # 501: the environment has no task methods
+        return ()
+    count = lambda s: requests.post(f"{base}/{name}/num_tasks", json={"split": s}, timeout=30).json()  # noqa: E731
+    return tuple((s["name"], int(count(s["name"])["num_tasks"])) for s in splits.json())
+
+
+def spec_of(info: OpenEnvInfo) -> EnvSpec:
+    if info.splits:
+        firsts = first_ids(info)
+        splits = {name: list(range(first, first + n)) for (name, n), first in zip(info.splits, firsts)}
+    else:
+        splits = {name: list(ids) for name, ids in SEED_SPLITS.items()}
+    return EnvSpec(
+        name="openenv",
+        module="",  # (no local server: --url is required)
+        splits=splits,
+        instruction=info.instruction,
+        parse_action=whole_reply,
+        success_at=1.0,
+    )
+
+
+def first_ids(info: OpenEnvInfo) -> list[int]:
+    """The first task id of each split (the splits' tasks numbered one after another)."""
+    out, n = [], 0
+    for _, count in info.splits:
+        out.append(n)
+        n += count
+    return out
+
+
+def reset_data(info: OpenEnvInfo, task: int) -> dict:
+    """The reset message's data for task id `task`: its (split, index), or a seed."""
+    if not info.splits:
+        return {"seed": task}
+    firsts = first_ids(info)
+    k = bisect.bisect_right(firsts, task) - 1
+    return {"split": info.splits[k][0], "index": task - firsts[k]}
+
+
+def read_observation(info: OpenEnvInfo, data: dict) -> dict:
+    """OpenEnv's {"observation": {...}, "reward", "done"} in the one shape the agent reads."""
+    observation = dict(data.get("observation") or {})
+    if info.text_field is not None:
+        text = str(observation.pop(info.text_field, ""))
+    else:
+        text = json.dumps(observation, ensure_ascii=False)
+    return {
+        **observation,
+        "observation": text,
+        "reward": float(data.get("reward") or 0.0),
+        "done": bool(data.get("done")),
+    }
+
+
+class OpenEnvPool:
+    """`size` OpenEnv sessions (one WebSocket each), reset and stepped concurrently."""
+
+    def __init__(self, url: str, size: int = 1, timeout: float = 60.0):
+        self.info, self.timeout = describe(url), timeout
+        self.url, self.server = url, None  # (EnvPool's fields that train.py and close_pool read)
+        self.sockets: list = [None] * size
+        self.executor = ThreadPoolExecutor(max_workers=min(64, max(1, size)))
+
+    def __len__(self):
+        return len(self.sockets)
+
+    def _ask(self, slot: int, message: dict) -> dict:
+        """Send one message on the slot's session (opened if need be) and read its answer; an error
+        ends the episode with `error` set and drops the session (a new one opens at the next reset)."""
+        try:
+            if self.sockets[slot] is None:
+                ws_url = self.info.url.replace("http", "ws", 1) + "/ws"
+                self.sockets[slot] = connect(ws_url, open_timeout=self.timeout, max_size=None, legacy=True)
+            self.sockets[slot].send(json.dumps(message))
+            answer = json.loads(self.sockets[slot].recv(timeout=self.timeout))
+            if answer.get("type") == "error":
+                raise RuntimeError(answer.get("data", {}).get("message", "error"))
+            return read_observation(self.info, answer.get("data", {}))
+        except (WebSocketException, OSError, TimeoutError, RuntimeError, ValueError) as e:
+            self._drop(slot)
+            return {"observation": f"[environment error: {e}]", "reward": 0.0, "done": True, "error": str(e)}
+
+    def _drop(self, slot: int) -> None:
+        ws, self.sockets[slot] = self.sockets[slot], None
+        if ws is not None:
+            ws.close()
+
+    def reset(self, slots: list[int], tasks: list[int]) -> list[dict]:
+        data = [reset_data(self.info, t) for t in tasks]
+        return list(self.executor.map(lambda s, d: self._ask(s, {"type": "reset", "data": d}), slots, data))
+
+    def step(self, slots: list[int], actions: list[str]) -> list[dict]:
+        field = self.info.action_field
+        return list(
+            self.executor.map(lambda s, a: self._ask(s, {"type": "step", "data": {field: a}}), slots, actions)
+        )
+
+    def expert(self, slots: list[int]) -> list[dict]:
+        raise ValueError(
+            "an OpenEnv environment has no expert (POST /expert is this project's servers' call)"
+        )
+
+    def close(self, free: bool = True) -> None:
+        """Ends every session (`close`, then the socket: the server frees its instance)."""
+        for slot, ws in enumerate(self.sockets):
+            if ws is not None:
+                try:
+                    ws.send(CLOSE)
+                except WebSocketException:
+                    pass
+                self._drop(slot)
+        self.executor.shutdown(wait=False)
