@@ -9,8 +9,8 @@ The environment answers in batches, as `envs.EnvPool` does: `env.reset(slots, ta
 dict per episode ("observation", maybe "error"); `env.step(slots, actions)` one dict per episode
 stepped ("observation", "reward", maybe "score", "done", maybe "error"); a step for an episode not
 in play (its reset failed, or it ended) is refused, as a real server refuses it. The slot of
-episode i is i. The replies are scripted: episode i says replies[i][0], then replies[i][1], ... (no model is
-needed); the action sent is `spec.parse_action(reply)`, never the reply itself.
+episode i is i. The replies are scripted: episode i says replies[i][0], then replies[i][1], ...
+(no model is needed); the action sent is `spec.parse_action(reply)`, never the reply itself.
 
 Per episode, an `agent.Trajectory(task=tasks[i], group=i)` with:
 - messages: the conversation as the agent saw it: the system message (spec.instruction), then the
