@@ -4,8 +4,8 @@ Where it sits: the third dialect of the servers in servers/, beside this project
 (servers/common.py), on the same port and over the same instance table, so that the same task gives
 the same observations, rewards and done flags in all three. OpenEnv (Meta's PyTorch team with
 Hugging Face, the `openenv` package) is what TRL's GRPOTrainer and OpenEnv's hub of environments
-speak; its generic client (`openenv.core.GenericEnvClient`) drives these servers unchanged
-(tests/test_openenv_servers.py). Each server file adds it with `add_openenv(app, name)`.
+speak; its generic client (GenericEnvClient, the package's core/generic_client.py) drives these
+servers unchanged (tests/test_openenv_servers.py). Each server file adds it: `add_openenv(app, name)`.
 
     WS  /ws          one instance per connection: created when the socket opens, closed when the
                      client sends `close` or goes away (mid-episode too)

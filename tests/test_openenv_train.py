@@ -1,6 +1,6 @@
 """train.py and eval.py on any OpenEnv environment (`--env openenv --url ws://host:port`,
-envs/openenv.py): a small text environment written here, served by OpenEnv's own server code
-(`openenv.core.env_server.create_fastapi_app`), with a task API of its own. The observation becomes
+envs/openenv.py): a small text environment, docs/own-environment.md's OpenEnv template, served by
+OpenEnv's own server code (`create_fastapi_app`), with a task API of its own. The observation becomes
 the user's message, the reply the action's one text field (named by the environment's schema, here
 `message`), reward and done come from the environment, tasks from its task API; and the training run
 never imports the `openenv` package."""
@@ -23,77 +23,41 @@ pytest.importorskip(
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-COLOURS = '''"""Say the colour: a one-turn OpenEnv environment with a task API (the test's own)."""
-import sys
 
-import uvicorn
-from openenv.core.env_server.http_server import create_fastapi_app
-from openenv.core.env_server.interfaces import Environment
-from openenv.core.env_server.types import Action, Observation, State
-
-COLOURS = ["red", "green", "blue"]
-TASKS = {"train": COLOURS * 4, "test": COLOURS * 2}
+def template(heading: str) -> str:
+    """A template of docs/own-environment.md, as a student copies it."""
+    page = open(os.path.join(ROOT, "docs", "own-environment.md")).read()
+    return page.split(f"### {heading}\n", 1)[1].split("```python\n", 1)[1].split("\n```", 1)[0] + "\n"
 
 
-class Say(Action):
-    message: str
+def serve(path, *args) -> subprocess.Popen:
+    """`python path args` (with the project importable), once it answers /health."""
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    server = subprocess.Popen([sys.executable, str(path), *args], env=env)
+    port = args[-1]
+    for _ in range(300):
+        try:
+            if requests.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                return server
+        except requests.RequestException:
+            time.sleep(0.1)
+    server.terminate()
+    raise RuntimeError(f"{path} did not start")
 
 
-class Seen(Observation):
-    prompt: str
-    available_actions: list[str] = []
-
-
-class Colours(Environment):
-    SUPPORTS_CONCURRENT_SESSIONS = True
-
-    def __init__(self):
-        super().__init__()
-        self.goal, self.steps = None, 0
-
-    def reset(self, seed=None, episode_id=None, split="train", index=0):
-        self.goal, self.steps = TASKS[split][index], 0
-        return Seen(prompt=f"Say the colour {self.goal}.", available_actions=[f"say {c}" for c in COLOURS])
-
-    def step(self, action, timeout_s=None):
-        self.steps += 1
-        right = action.message.strip() == f"say {self.goal}"
-        return Seen(prompt="Right." if right else "Wrong.", done=True, reward=1.0 if right else 0.0)
-
-    @property
-    def state(self):
-        return State(step_count=self.steps)
-
-    def list_splits(self):
-        return list(TASKS)
-
-    def num_tasks(self, split):
-        return len(TASKS[split])
-
-    def get_task(self, split, index):
-        return {"index": index, "goal": TASKS[split][index]}
-
-
-app = create_fastapi_app(Colours, Say, Seen, max_concurrent_envs=64, env_name="colours")
-if __name__ == "__main__":
-    uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
-'''
+def test_the_templates_are_under_100_lines():
+    for heading in ("Template: an OpenEnv environment", "Template: a server of this project"):
+        assert len(template(heading).splitlines()) < 100
 
 
 @pytest.fixture(scope="module")
 def colours(tmp_path_factory):
-    """The environment above on OpenEnv's server, at ws://127.0.0.1:PORT."""
+    """docs/own-environment.md's OpenEnv template on OpenEnv's own server, at ws://127.0.0.1:PORT."""
     path = tmp_path_factory.mktemp("colours") / "colours.py"
-    path.write_text(COLOURS)
+    path.write_text(template("Template: an OpenEnv environment"))
     port = free_port()
-    server = subprocess.Popen([sys.executable, str(path), str(port)])
+    server = serve(path, str(port))
     try:
-        for _ in range(300):
-            try:
-                if requests.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except requests.RequestException:
-                time.sleep(0.1)
         yield f"ws://127.0.0.1:{port}"
     finally:
         server.terminate()
@@ -178,3 +142,28 @@ def test_eval_through_openenv_on_babyai_plays_the_same_episodes_as_through_this_
             b["score"],
         )
         assert a["conversation"][0] == b["conversation"][0]  # the system prompt: the instruction
+
+
+def test_the_server_template_trains_through_openenv_before_it_has_an_envs_entry(tmp_path, tiny_path):
+    """docs/own-environment.md's server of this project, served as written: with no entry in
+    envs/tasks.py yet, its OpenEnv dialect has no task API, so its tasks are seeds."""
+    path = tmp_path / "guess.py"
+    path.write_text(template("Template: a server of this project"))
+    port = str(free_port())
+    server = serve(path, "--port", port)
+    try:
+        url = f"ws://127.0.0.1:{port}"
+        assert env_spec("openenv", url).splits["test"][:2] == [10_000, 10_001]
+        out = str(tmp_path / "eval")
+        summary = evaluation.main(
+            ["--env", "openenv", "--url", url, "--model", tiny_path, "--limit", "4", "--out", out]
+        )
+        assert summary["n_tasks"] == 4
+        rows = [json.loads(line) for line in open(os.path.join(out, "trajectories.jsonl"))]
+        for r in rows:  # a guess per turn, told higher or lower, over at most five turns
+            assert r["observations"][0].startswith("I picked a number") and 1 <= r["turns"] <= 5
+            assert all(a.startswith("guess ") for a in r["actions"])
+            assert r["success"] == (r["rewards"][-1] == 1.0) and (r["done"] or r["turns"] == 5)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
