@@ -167,3 +167,11 @@ def test_the_server_template_trains_through_openenv_before_it_has_an_envs_entry(
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_env_openenv_needs_its_address_and_takes_a_websocket_url():
+    from train import parse_args
+
+    with pytest.raises(SystemExit):  # one line: --env openenv: give the OpenEnv environment's address
+        parse_args(["--env", "openenv"])
+    assert parse_args(["--env", "openenv", "--url", "ws://127.0.0.1:8000"]).url == "ws://127.0.0.1:8000"
