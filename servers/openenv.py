@@ -33,6 +33,7 @@ answered, never echoed, and never ends the server; a full table answers CAPACITY
 `retry_after` and closes with 1013 (Try Again Later), the WebSocket's 503 + Retry-After.
 """
 
+import logging
 import uuid
 from typing import Annotated, Literal
 
@@ -54,6 +55,8 @@ from servers.common import (
     describe_validation,
     safe_text,
 )
+
+log = logging.getLogger("servers")
 
 MAX_LISTED = 10_000  # tasks in one /tasks or /task_range answer (a bounded preview; /num_tasks is exact)
 SPLIT_TYPES = {"train": "train", "val": "validation", "test": "test"}  # OpenEnv's split types
@@ -218,6 +221,7 @@ class Session:
         except EnvError as e:
             return ws_error(str(e), ERROR_CODES.get(e.status, "EXECUTION_ERROR"), e.status)
         except Exception as e:  # the environment raised: this message's 500, the session goes on
+            log.exception("environment error in an OpenEnv session (instance %s)", self.instance)
             return ws_error(f"{type(e).__name__}: {e}", "EXECUTION_ERROR", 500)
 
 
@@ -245,10 +249,11 @@ async def session(ws: WebSocket, table: InstanceTable, splits: dict[str, list[in
         return
     try:
         instance = await table.create()
-    except EnvError as e:
-        extra = {"retry_after": RETRY_AFTER} if e.status == 503 else {}
-        await send(ws, ws_error(str(e), ERROR_CODES.get(e.status, "FACTORY_ERROR"), e.status, **extra))
-        await ws.close(code=1013 if e.status == 503 else 1011)
+    except Exception as e:  # a full table (503), a constructor that timed out (504) or raised
+        status = e.status if isinstance(e, EnvError) else 500
+        extra = {"retry_after": RETRY_AFTER} if status == 503 else {}
+        await send(ws, ws_error(f"{e}", ERROR_CODES.get(status, "FACTORY_ERROR"), status, **extra))
+        await ws.close(code=1013 if status == 503 else 1011)
         return
     talk = Session(table, instance, splits)
     try:
@@ -292,8 +297,10 @@ def add_openenv(app: FastAPI, name: str) -> FastAPI:
 
     async def reset_once(body: ResetBody) -> SafeJSONResponse:
         """OpenEnv's HTTP /reset is stateless: an instance made for it, reset, answered, closed."""
-        fields = {k: v for k, v in (body.model_extra or {}).items()}
-        fields.update({k: getattr(body, k) for k in ("data_idx", "seed") if getattr(body, k) is not None})
+        fields = dict(
+            body.model_extra or {}
+        )  # OpenEnv's keys, and this dialect's task keys (`idx` is refused)
+        fields.update({k: getattr(body, k) for k in body.model_fields_set - {"id", "env_idx"}})
         try:
             data = ResetData(**fields)
         except ValidationError as e:

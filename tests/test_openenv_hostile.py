@@ -125,7 +125,13 @@ def test_unknown_sessions_tasks_and_environments_are_clear_errors(target):
         assert_4xx_json(post(f"/{name}/task", body), 422)
     assert_4xx_json(post(f"/{name}/tasks", {"split": "test", "more": 1}), 422)
     assert_4xx_json(post(f"/{name}/task_range", {"split": "test", "start": 10**20}), 422)
-    for body, status in (({"split": "nope"}, 400), ({"index": 3}, 422), ({"seed": -1}, 422), ({"x": 1}, 422)):
+    for body, status in (
+        ({"split": "nope"}, 400),
+        ({"index": 3}, 422),
+        ({"seed": -1}, 422),
+        ({"x": 1}, 422),
+        ({"idx": 3}, 422),
+    ):
         assert_4xx_json(post("/reset", body), status)  # OpenEnv's one-off reset
     assert_4xx_json(post("/step", {"action": {"action": action}}), 422)  # no instance: OpenEnv steps over /ws
     plays(url, action)
