@@ -68,7 +68,10 @@ def text_fields(schema: dict, skip: tuple[str, ...]) -> list[str]:
 def describe(url: str, timeout: float = 30.0) -> OpenEnvInfo:
     base = http_url(url)
     get = lambda path: requests.get(base + path, timeout=timeout)  # noqa: E731
-    schema = get("/schema").json()
+    answer = get("/schema")
+    if answer.status_code != 200 or "action" not in answer.json():
+        raise ValueError(f"no OpenEnv environment at {url}: GET /schema answers {answer.status_code}")
+    schema = answer.json()
     actions = text_fields(schema["action"], ("metadata",))
     if len(actions) != 1:
         raise ValueError(
