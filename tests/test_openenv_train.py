@@ -175,3 +175,37 @@ def test_env_openenv_needs_its_address_and_takes_a_websocket_url():
     with pytest.raises(SystemExit):  # one line: --env openenv: give the OpenEnv environment's address
         parse_args(["--env", "openenv"])
     assert parse_args(["--env", "openenv", "--url", "ws://127.0.0.1:8000"]).url == "ws://127.0.0.1:8000"
+
+
+@pytest.mark.parametrize(
+    "change, failed",
+    [
+        (("", ""), None),  # the template as written passes all three
+        (("TASKS[split][index], 0", "TASKS[split][0], 0"), "tasks differ"),  # a reset that ignores the task
+        (("done=True", "done=False"), "episodes end"),  # a done that never comes
+        (("reward=1.0 if right", "reward=5.0 if right"), "rewards in range"),  # a reward outside [0, 1]
+    ],
+)
+def test_the_checker_tells_a_broken_environment_from_a_working_one(change, failed, tmp_path, capsys):
+    from envs import check
+
+    source = template("Template: an OpenEnv environment")
+    assert change[0] in source
+    path = tmp_path / "colours.py"
+    path.write_text(source.replace(*change))
+    port = str(free_port())
+    server = serve(path, port)
+    try:
+        code = check.main(["--url", f"ws://127.0.0.1:{port}", "--max-steps", "20"])
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 and code == (0 if failed is None else 1), lines
+    assert [line for line in lines if line.startswith("FAIL")] == [x for x in lines if failed and failed in x]
+
+
+def test_the_checker_passes_this_projects_babyai_through_its_openenv_dialect(start_server, capsys):
+    from envs import check
+
+    assert check.main(["--url", start_server("servers.babyai").url.replace("http", "ws")]) == 0

@@ -1,0 +1,99 @@
+"""Is an environment trainable? Three checks for the faults that break learning without an error.
+
+    python -m envs.check --url ws://127.0.0.1:8000      # any OpenEnv environment, this project's too
+
+Where it sits: a tool beside the pool it drives (envs/openenv.py's OpenEnvPool), run on a new
+environment before `train.py` is (docs/own-environment.md). Each check plays the environment as the
+trainer would, with random actions (an available action where the observation lists them):
+
+    tasks differ     distinct task ids give distinct first observations: a reset that ignores its
+                     task id trains on one task, and every held-out score is that task's
+    episodes end     every episode reaches `done` within --max-steps: an episode that never ends only
+                     stops at the horizon, so nothing the agent does finishes it
+    rewards in range every step reward lies in [--low, --high]: the trainer reads success as an
+                     outcome of 1 or more, and advantages scale with the reward's spread
+
+Prints one line per check and exits 0 when all three pass, 1 otherwise.
+"""
+
+import argparse
+import random
+import sys
+
+from envs.openenv import OpenEnvPool, spec_of
+
+
+def play(
+    pool: OpenEnvPool, tasks: list[int], max_steps: int, seed: int = 0
+) -> tuple[list[dict], list[list[dict]]]:
+    """Each task's episode with random actions, all at once: (first answers, each episode's step answers)."""
+    rng, slots = random.Random(seed), list(range(len(tasks)))
+    first = pool.reset(slots, tasks)
+    steps: list[list[dict]] = [[] for _ in tasks]
+    live = [s for s in slots if not first[s]["done"]]
+    last = dict(zip(slots, first))
+    for _ in range(max_steps):
+        if not live:
+            break
+        actions = [rng.choice(last[s].get("available_actions") or ["look"]) for s in live]
+        for s, answer in zip(live, pool.step(live, actions)):
+            steps[s].append(answer)
+            last[s] = answer
+        live = [s for s in live if not last[s]["done"]]
+    return first, steps
+
+
+def checks(
+    first: list[dict], steps: list[list[dict]], max_steps: int, low: float, high: float
+) -> list[tuple[bool, str]]:
+    """(passed, line) for each of the three checks."""
+    errors = [a["error"] for a in first + [a for ep in steps for a in ep] if a.get("error")]
+    if errors:
+        return [(False, f"the environment failed: {errors[0]}")]
+    distinct = len({a["observation"] for a in first})
+    ended = sum(bool(ep and ep[-1]["done"]) or f["done"] for f, ep in zip(first, steps))
+    rewards = [a["reward"] for ep in steps for a in ep]
+    outside = [r for r in rewards if not low <= r <= high]
+    return [
+        (
+            distinct > 1,
+            f"tasks differ: {len(first)} tasks, {distinct} distinct first observations"
+            + ("" if distinct > 1 else ": does reset read its task id (split and index, or seed)?"),
+        ),
+        (
+            ended == len(first),
+            f"episodes end: {ended} of {len(first)} reached done within {max_steps} steps"
+            + ("" if ended == len(first) else ": give an episode a bound (a step limit that sets done)"),
+        ),
+        (
+            not outside,
+            f"rewards in range: {len(rewards)} step rewards, {len(outside)} outside [{low:g}, {high:g}]"
+            + (f", e.g. {outside[0]:g}: scale the reward into the range" if outside else ""),
+        ),
+    ]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--url", required=True, help="the OpenEnv environment, ws://host:port")
+    p.add_argument(
+        "--split", default="train", help="the task split to play (tasks are seeds without a task API)"
+    )
+    p.add_argument("--tasks", type=int, default=12, help="episodes, one per task: the split's first tasks")
+    p.add_argument("--max-steps", type=int, default=100, help="steps an episode may take to end")
+    p.add_argument("--low", type=float, default=0.0, help="the lowest step reward allowed")
+    p.add_argument("--high", type=float, default=1.0, help="the highest step reward allowed")
+    args = p.parse_args(argv)
+    pool = OpenEnvPool(args.url, size=args.tasks)
+    try:
+        tasks = spec_of(pool.info).splits[args.split][: args.tasks]
+        results = checks(*play(pool, tasks, args.max_steps), args.max_steps, args.low, args.high)
+    finally:
+        pool.close()
+    for passed, line in results:
+        print(("ok    " if passed else "FAIL  ") + line)
+    return 0 if all(passed for passed, _ in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
