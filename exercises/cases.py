@@ -39,6 +39,7 @@ class Problem:
     handed: Callable[[dict], dict] = lambda inputs: {}  # what `run` builds from the inputs and hands
     # the function (problem 7's batch, problem 8's spec): shown with the inputs when a case fails
     hidden: dict = field(default_factory=dict)  # input -> what it is, for one not worth printing
+    whole: bool = False  # the student writes several names (problem 10): the stub module is handed whole
 
 
 # --- problem 1: the loss mask of a multi-turn conversation -------------------------------------
@@ -494,7 +495,7 @@ def per_trajectory(fn, inputs):
 
 
 def _problems() -> dict[int, Problem]:
-    return {**_loop_problems(), **_advantage_problems()}
+    return {**_loop_problems(), **_advantage_problems(), **_environment_problems()}
 
 
 def _loop_problems() -> dict[int, Problem]:
@@ -581,6 +582,24 @@ def _advantage_problems() -> dict[int, Problem]:
             returns_and_advantages,
             reinforce_pp_handed,
         ),
+    }
+
+
+def _environment_problems() -> dict[int, Problem]:
+    """Problem 10, an environment of the student's own: its cases judge properties (env_cases.py)."""
+    from exercises import env_cases, find_it
+
+    return {
+        10: Problem(
+            "your own environment, served two ways",
+            "problem_10_environment",
+            "Game",
+            "servers/babyai.py, BabyAIText and its app",
+            find_it,
+            env_cases.env_cases,
+            env_cases.judge,
+            whole=True,
+        )
     }
 
 

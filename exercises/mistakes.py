@@ -7,11 +7,15 @@ once with its rules changeable; each mistake changes one rule, and its docstring
 what it costs.
 """
 
+import random
+from types import SimpleNamespace
+
 import torch
 
 from agent import chat_ids, turn_suffix_ids
 from algorithm import global_masked_moments, masked_mean, returns_to_go
 from batch import Row, agent_tokens
+from exercises import find_it
 from grpo import group_advantages
 
 # --- problem 1: the loss mask --------------------------------------------------------------------
@@ -537,6 +541,131 @@ def the_task_as_the_slot(*args, **kwargs):
     return _rollout(*args, **kwargs, slot_of=lambda i, task: task)
 
 
+# --- problem 10: your own environment --------------------------------------------------------------
+# Each mistake is a whole answer (Game, openenv_app, project_app): find_it.py's with one rule changed.
+
+
+def _answer(game=find_it.Game, openenv_environment=None, one_game=False) -> SimpleNamespace:
+    """find_it.py's three names around `game`; `openenv_environment`: a wrapper of one's own;
+    `one_game`: each server handed one Game for all its episodes, not a way to make one."""
+    shared = game()
+    make = (lambda: shared) if one_game else game
+
+    def openenv_app():
+        from openenv.core.env_server.http_server import create_fastapi_app
+
+        classes = (openenv_environment or find_it.openenv_environment)(make)
+        return create_fastapi_app(*classes, max_concurrent_envs=64, env_name="find_it")
+
+    return SimpleNamespace(Game=game, project_app=lambda: find_it.project_app(make), openenv_app=openenv_app)
+
+
+class _OneTask(find_it.Game):
+    def reset(self, data_idx):
+        return super().reset(0)
+
+
+def the_task_id_ignored():
+    """Every task id starts task 0: the trainer trains on one task, and the test split is that task."""
+    return _answer(_OneTask)
+
+
+class _Drawn(find_it.Game):
+    def reset(self, data_idx):
+        return super().reset(random.randrange(20))
+
+
+def the_task_drawn_at_random():
+    """The puzzle drawn from an unseeded generator: the same task twice is two tasks, GRPO's group
+    of one task holds different puzzles, and no evaluation can be repeated."""
+    return _answer(_Drawn)
+
+
+class _StepsKept(find_it.Game):
+    def reset(self, data_idx):
+        steps = self.steps
+        answer = super().reset(data_idx)
+        self.steps = steps  # the step count kept from the episode before
+        return answer
+
+
+def the_step_count_kept_across_resets():
+    """The step count not reset: an instance's second episode ends early, so the server's instances,
+    reused from episode to episode, give an episode that depends on what they played before."""
+    return _answer(_StepsKept)
+
+
+class _NoLimit(find_it.Game):
+    def answer(self, text, reward, done=False):
+        answer = super().answer(text, reward, done)
+        answer["done"] = done  # only finding the item ends it
+        return answer
+
+
+def no_step_limit():
+    """Only success ends an episode: an agent that never finds the item never gets a done (the
+    horizon cuts it, and the adaptive schedule reads every such episode as cut)."""
+    return _answer(_NoLimit)
+
+
+class _DoneForgotten(find_it.Game):
+    def answer(self, text, reward, done=False):
+        return super().answer(text, reward, False)
+
+
+def done_forgotten_on_success():
+    """Finding the item rewards 1 but does not end the episode: the agent may find it again and
+    again, each time for 1, until the step limit."""
+    return _answer(_DoneForgotten)
+
+
+class _Penalty(find_it.Game):
+    def step(self, action):
+        answer = super().step(action)
+        if "is not an action" in answer["observation"]:
+            answer["reward"] = -1.0
+        return answer
+
+
+def a_penalty_for_a_wrong_action():
+    """-1 for an action that is not one: out of [0, 1], and an episode's sum no longer says whether
+    it succeeded (1 - 1 = 0, a success read as a failure)."""
+    return _answer(_Penalty)
+
+
+class _Score(find_it.Game):
+    def answer(self, text, reward, done=False):
+        return super().answer(text, reward * (find_it.MAX_STEPS - self.steps + 1), done)
+
+
+def the_score_as_the_reward():
+    """A quicker find scores more (MAX_STEPS - steps + 1), as a game's score: rewards up to 6, out
+    of [0, 1]; write the score as "score" beside a reward in range, as BabyAI does."""
+    return _answer(_Score)
+
+
+def _from_index(make_env):
+    FindIt, Say, Seen = find_it.openenv_environment(make_env)
+
+    class FromIndex(FindIt):
+        def reset(self, seed=None, episode_id=None, split="train", index=0, **kwargs):
+            return super().reset(seed=index, episode_id=episode_id)
+
+    return FromIndex, Say, Seen
+
+
+def openenv_task_from_the_index():
+    """The OpenEnv wrapper reads the task from `index`, as a task API names it; the trainer sends a
+    server without one {"seed": task id}, so every episode is task 0."""
+    return _answer(openenv_environment=_from_index)
+
+
+def one_game_for_every_episode():
+    """Each server handed one Game, not a way to make one: two episodes at once share it, and the
+    second reset overwrites the first's task."""
+    return _answer(one_game=True)
+
+
 MISTAKES = {
     1: {
         "observation tokens in the mask": observation_tokens_in_the_mask,
@@ -597,5 +726,16 @@ MISTAKES = {
         "an error marked done": an_error_marked_done,
         "every episode stepped every turn": every_episode_stepped_every_turn,
         "the task as the slot": the_task_as_the_slot,
+    },
+    10: {
+        "the task id ignored": the_task_id_ignored(),
+        "the task drawn at random": the_task_drawn_at_random(),
+        "the step count kept across resets": the_step_count_kept_across_resets(),
+        "no step limit": no_step_limit(),
+        "done forgotten on success": done_forgotten_on_success(),
+        "a penalty for a wrong action": a_penalty_for_a_wrong_action(),
+        "the score as the reward": the_score_as_the_reward(),
+        "the OpenEnv wrapper reads the task from index": openenv_task_from_the_index(),
+        "one Game for every episode": one_game_for_every_episode(),
     },
 }

@@ -9,6 +9,7 @@ whole file runs in seconds. `--train` is tested with `train.train` replaced, for
 import ast
 import dataclasses
 import importlib
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -19,9 +20,15 @@ from exercises.mistakes import MISTAKES
 
 ROOT = Path(__file__).resolve().parent.parent
 ALL_MISTAKES = [(n, name) for n, found in MISTAKES.items() for name in found]
+NO_OPENENV = importlib.util.find_spec("openenv") is None
+# problem 10's reference serves its environment through OpenEnv's own server code
+WITH_OPENENV = [
+    pytest.param(n, marks=pytest.mark.skipif(n == 10 and NO_OPENENV, reason="needs requirements-openenv.txt"))
+    for n in sorted(PROBLEMS)
+]
 
 
-@pytest.mark.parametrize("n", sorted(PROBLEMS))
+@pytest.mark.parametrize("n", WITH_OPENENV)
 def test_the_projects_own_function_passes_its_check(n):
     assert failures(n, PROBLEMS[n].reference) == []
 
@@ -179,7 +186,7 @@ def test_each_stub_states_its_task_the_function_it_mirrors_and_what_is_left_to_d
     )
     assert "\nDecide" in doc, "a problem leaves the student something to decide, and says what"
     fn = student_function(n)
-    assert fn.__module__ == f"exercises.{problem.module}"
+    assert (fn.__name__ if problem.whole else fn.__module__) == f"exercises.{problem.module}"
 
 
 def test_the_command_line_exits_0_on_the_solution_and_1_on_the_stub(capsys):
@@ -228,6 +235,71 @@ def test_the_exercises_package_imports_nothing_into_the_project():
         names += [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
         assert not any(n.split(".")[0] == "exercises" for n in names), path.name
     assert importlib.import_module("exercises").__doc__
+
+
+# --- problem 10: your own environment ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name,case",
+    [
+        ("the task id ignored", 4),
+        ("the task drawn at random", 3),
+        ("the step count kept across resets", 3),
+        ("no step limit", 5),
+        ("done forgotten on success", 2),
+        ("a penalty for a wrong action", 6),
+        ("the score as the reward", 2),
+        ("the OpenEnv wrapper reads the task from index", 8),
+        ("one Game for every episode", 7),
+    ],
+)
+def test_problem_10_tells_each_broken_environment_by_the_property_it_breaks(name, case):
+    """A reset that ignores the task id, a done that never comes, a reward outside its range, a
+    server that loses the task id or shares one Game: each fails the case about it first, and the
+    message holds the episode that shows it."""
+    if NO_OPENENV and case == 8:
+        pytest.skip("needs requirements-openenv.txt")
+    found = failures(10, MISTAKES[10][name])
+    assert found[0].startswith(f"case {case} ") and "got 'the property holds'" not in found[0]
+    assert "[(" in found[0].split("inputs:")[0]  # an episode, as the environment answered it
+
+
+def test_problem_10s_worked_example_is_the_reference_game():
+    """The stub's worked example (task 5 of a game of boxes) is what exercises/find_it.py answers."""
+    from exercises.find_it import Game
+
+    doc = " ".join(
+        ast.get_docstring(ast.parse((ROOT / "exercises" / "problem_10_environment.py").read_text())).split()
+    )
+    game = Game()
+    first = game.reset(5)
+    assert f'reset(5) -> {{"observation": "{first["observation"]}", "reward": 0.0, "done": False,' in doc
+    assert f'{{"action": "{game.expert()["action"]}"}}' in doc
+    for action in ("open box 1", "open box 2"):
+        answer = game.step(action)
+        assert (
+            f'step("{action}") -> {{"observation": "{answer["observation"]}", "reward": {answer["reward"]},'
+            in doc
+        )
+    assert answer["done"] and first["available_actions"][0] == "open box 1"
+
+
+def test_the_reference_environment_trains_through_its_own_openenv_server_and_this_projects(tmp_path):
+    """find_it.py served both ways gives the trainer the same first observation for a task; the
+    project's server also answers POST /expert (for SFT)."""
+    pytest.importorskip("openenv.core")
+    from fastapi.testclient import TestClient
+
+    from exercises import find_it
+
+    with TestClient(find_it.project_app()) as client:
+        i = client.post("/create", json={}).json()["id"]
+        first = client.post("/reset", json={"id": i, "data_idx": 6}).json()
+        assert client.post("/expert", json={"id": i}).json()["action"] == "open box 2"
+    with TestClient(find_it.openenv_app()) as client, client.websocket_connect("/ws") as ws:
+        ws.send_json({"type": "reset", "data": {"seed": 6}})
+        assert ws.receive_json()["data"]["observation"]["prompt"] == first["observation"]
 
 
 # --- problem 7: the failure-modes runs ----------------------------------------------------------

@@ -1,0 +1,303 @@
+"""Problem 10's cases: an environment the student wrote, played and judged. Don't read it before you
+try: it holds the cases.
+
+Where it sits: cases.py registers problem 10 with `env_cases` and `judge`; check.py runs them as it
+runs every problem's. An environment has no one right answer to compare with, so a case judges a
+property: `judge(env, inputs)` plays episodes on `env` (the student's module, or anything with its
+names: Game, project_app, openenv_app) and returns AGREES when the property holds, else a sentence
+that says where it broke with every episode it played in full. The reference (exercises/find_it.py)
+gives AGREES on every case, so the checker's "expected" is that word and "got" the sentence.
+
+An episode is a list: the reset's (observation, reward, done), then per step (action, observation,
+reward, done), each as the environment answered it.
+"""
+
+import math
+
+from exercises.cases import Case
+
+AGREES = "the property holds"
+MAX_STEPS = 20  # the contract's bound on an episode of available actions
+ANSWER_KEYS = {"observation": str, "reward": (int, float), "done": bool, "available_actions": list}
+
+
+def env_cases() -> list[Case]:
+    ten = list(range(10))
+    case = lambda what, prop, tasks, actions: Case(  # noqa: E731
+        what, dict(property=prop, tasks=tasks, actions=actions, max_steps=MAX_STEPS)
+    )
+    expert = "the expert's: Game.expert()['action'], each turn"
+    firsts = "the first available action, each turn"
+    return [
+        case(
+            "every answer has observation (str), reward (a number), done (bool), available_actions "
+            "(a list of str), observation() repeats the last observation, and the expert's action "
+            "is available",
+            "answers",
+            [0, 1, 2],
+            expert,
+        ),
+        case(
+            "the expert solves every task: done within the bound, its rewards adding up to 1",
+            "solves",
+            ten,
+            expert,
+        ),
+        case(
+            "the same task twice, played the same way, on a fresh Game and on a Game that played task "
+            "3 first: the same episode",
+            "twice",
+            [7, 3],
+            f"{expert}; then {firsts}; then the last available action, each turn",
+        ),
+        case(
+            "tasks 0 to 9 are ten different tasks: task a's expert actions, played on task b, do not "
+            "play the same episode as on task a",
+            "differ",
+            ten,
+            "task a's expert's actions, replayed",
+        ),
+        case(
+            "valid actions that need not solve the task end the episode within the bound",
+            "ends",
+            ten,
+            f"{firsts}; then the last available action, each turn",
+        ),
+        case(
+            "every reward is in [0, 1] and an episode's rewards add up to at most 1, actions that are "
+            "not actions included",
+            "rewards",
+            [0, 1, 2, 3, 5],
+            f"'dance', '', 'open box 99', then the expert's; then {firsts}; then the last available one",
+        ),
+        case(
+            "served as a server of this project (project_app()): two episodes at once over /create, "
+            "/reset and /step answer as Game does",
+            "project",
+            [4, 9],
+            "each task's expert's, the two episodes stepped in turn",
+        ),
+        case(
+            "served through OpenEnv's own server code (openenv_app()): two sessions at once over its "
+            "WebSocket, reset with {'seed': task}, answer as Game does",
+            "openenv",
+            [2, 6],
+            "each task's expert's, the two sessions stepped in turn",
+        ),
+    ]
+
+
+def judge(env, inputs) -> str:
+    return JUDGES[inputs["property"]](env, inputs["tasks"], inputs["max_steps"])
+
+
+# --- playing an episode ----------------------------------------------------------------------------
+
+
+def expert(game, answer, k):
+    return game.expert()["action"]
+
+
+def first(game, answer, k):
+    return answer["available_actions"][0]
+
+
+def last(game, answer, k):
+    return answer["available_actions"][-1]
+
+
+def replay(actions):
+    return lambda game, answer, k: actions[k] if k < len(actions) else None
+
+
+def play(game, task, policy, max_steps) -> list:
+    """One episode of `policy` (game, last answer, turn -> action, None to stop) on `game`."""
+    answer = game.reset(task)
+    episode = [(answer["observation"], answer["reward"], answer["done"])]
+    for k in range(max_steps):
+        if answer["done"]:
+            break
+        action = policy(game, answer, k)
+        if action is None:
+            break
+        answer = game.step(action)
+        episode.append((action, answer["observation"], answer["reward"], answer["done"]))
+    return episode
+
+
+def actions_of(episode) -> list[str]:
+    return [step[0] for step in episode[1:]]
+
+
+def rewards_of(episode) -> list:
+    return [episode[0][1]] + [step[2] for step in episode[1:]]
+
+
+# --- the properties ----------------------------------------------------------------------------------
+
+
+def answers(env, tasks, max_steps) -> str:
+    for task in tasks:
+        game = env.Game()
+        answer = game.reset(task)
+        for k in range(2):
+            wrong = ill_formed(answer)
+            if wrong:
+                return f"task {task}, {'reset' if k == 0 else 'the first step'} answered {answer!r}: {wrong}"
+            if game.observation() != answer["observation"]:
+                return f"task {task}: observation() gave {game.observation()!r} after the answer {answer!r}"
+            if answer["done"]:
+                break
+            action = game.expert()["action"]
+            if action not in answer["available_actions"]:
+                return f"task {task}: the expert said {action!r}, not among {answer['available_actions']!r}"
+            answer = game.step(action)
+    return AGREES
+
+
+def ill_formed(answer) -> str:
+    if not isinstance(answer, dict):
+        return "not a dict"
+    for key, kind in ANSWER_KEYS.items():
+        if key not in answer:
+            return f"no {key!r}"
+        if not isinstance(answer[key], kind) or (key == "reward" and isinstance(answer[key], bool)):
+            return f"its {key!r} is a {type(answer[key]).__name__}"
+    if not all(isinstance(a, str) for a in answer["available_actions"]):
+        return "an available action is not a str"
+    return ""
+
+
+def solves(env, tasks, max_steps) -> str:
+    for task in tasks:
+        episode = play(env.Game(), task, expert, max_steps)
+        if not episode[-1][-1]:
+            return f"task {task}: the expert's episode is not done after {max_steps} steps: {episode}"
+        total = sum(rewards_of(episode))
+        if not math.isclose(total, 1.0, abs_tol=1e-9):
+            return f"task {task}: the expert's episode is done, its rewards adding up to {total}: {episode}"
+    return AGREES
+
+
+def twice(env, tasks, max_steps) -> str:
+    task, other = tasks
+    for name, policy in (("the expert", expert), ("the first available action", first), ("the last", last)):
+        once = play(env.Game(), task, policy, max_steps)
+        again = play(env.Game(), task, replay(actions_of(once)), max_steps)
+        if again != once:
+            return f"task {task}, {name}: a fresh Game played {once}, and another fresh Game {again}"
+        used = env.Game()
+        before = play(used, other, policy, max_steps)
+        after = play(used, task, replay(actions_of(once)), max_steps)
+        if after != once:
+            return (
+                f"task {task}, {name}: a fresh Game played {once}; a Game that played task {other} "
+                f"first ({before}) played {after}"
+            )
+    return AGREES
+
+
+def differ(env, tasks, max_steps) -> str:
+    for a in tasks:
+        own = play(env.Game(), a, expert, max_steps)
+        for b in tasks:
+            there = play(env.Game(), b, replay(actions_of(own)), max_steps)
+            if b != a and there == own:
+                return f"tasks {a} and {b} play the same episode with task {a}'s expert actions: {own}"
+    return AGREES
+
+
+def ends(env, tasks, max_steps) -> str:
+    for task in tasks:
+        for name, policy in (("the first available action", first), ("the last available action", last)):
+            episode = play(env.Game(), task, policy, max_steps)
+            if not episode[-1][-1]:
+                return f"task {task}, {name} each turn: not done after {max_steps} steps: {episode}"
+    return AGREES
+
+
+def rewards(env, tasks, max_steps) -> str:
+    nonsense = ["dance", "", "open box 99"]
+    wrong_then_expert = lambda game, answer, k: nonsense[k] if k < len(nonsense) else expert(game, answer, k)  # noqa: E731
+    for task in tasks:
+        for policy in (wrong_then_expert, first, last):
+            episode = play(env.Game(), task, policy, max_steps)
+            got = rewards_of(episode)
+            if any(not 0.0 <= r <= 1.0 for r in got) or sum(got) > 1.0 + 1e-9:
+                return f"task {task}: rewards {got}, adding up to {sum(got)}: {episode}"
+    return AGREES
+
+
+# --- the served forms --------------------------------------------------------------------------------
+
+
+def served(env, tasks, way: str, max_steps) -> str:
+    """Both tasks' expert episodes through the app `way` builds, stepped in turn, against Game's."""
+    from fastapi.testclient import TestClient
+
+    wanted = {t: play(env.Game(), t, expert, max_steps) for t in tasks}
+    try:
+        app = getattr(env, way)()
+    except NotImplementedError:
+        return f"{way} is not written yet (it raises NotImplementedError)"
+    except ImportError as e:
+        return f"{way} could not import {e.name}: pip install --no-deps -r requirements-openenv.txt"
+    with TestClient(app) as client:
+        talk = (over_http if way == "project_app" else over_openenv)(client, tasks)
+        got = {t: [] for t in tasks}
+        for t, answer in zip(tasks, talk.send(None)):
+            got[t].append(answer)
+        for k in range(max(len(e) for e in wanted.values()) - 1):
+            live = [t for t in tasks if k + 1 < len(wanted[t])]
+            for t, answer in zip(live, talk.send([(t, wanted[t][k + 1][0]) for t in live])):
+                got[t].append((wanted[t][k + 1][0], *answer))
+        talk.close()
+    for t in tasks:
+        if got[t] != wanted[t]:
+            return f"task {t}: Game played {wanted[t]}; {way}() served {got[t]}"
+    return AGREES
+
+
+def over_http(client, tasks):
+    """A conversation with a server of this project: sent [(task, action)], answers (obs, reward, done)."""
+    ids = {t: client.post("/create", json={}).json()["id"] for t in tasks}
+    plain = lambda a: (a.get("observation", a), a.get("reward"), a.get("done"))  # noqa: E731
+    steps = yield [plain(client.post("/reset", json={"id": ids[t], "data_idx": t}).json()) for t in tasks]
+    while True:
+        steps = yield [plain(client.post("/step", json={"id": ids[t], "action": a}).json()) for t, a in steps]
+
+
+def over_openenv(client, tasks):
+    """The same through OpenEnv's WebSocket, read as envs/openenv.py reads it."""
+    from envs.openenv import OpenEnvInfo, read_observation, text_fields
+
+    schema = client.get("/schema").json()
+    (field,) = text_fields(schema["action"], ("metadata",))
+    texts = text_fields(schema.get("observation", {}), ("metadata",))
+    info = OpenEnvInfo("", field, texts[0] if len(texts) == 1 else None, "", ())
+    sockets = {t: client.websocket_connect("/ws").__enter__() for t in tasks}
+
+    def ask(t, message):
+        sockets[t].send_json(message)
+        a = read_observation(info, sockets[t].receive_json().get("data", {}))
+        return (a["observation"], a["reward"], a["done"])
+
+    try:
+        steps = yield [ask(t, {"type": "reset", "data": {"seed": t}}) for t in tasks]
+        while True:
+            steps = yield [ask(t, {"type": "step", "data": {field: a}}) for t, a in steps]
+    finally:
+        for ws in sockets.values():
+            ws.__exit__(None, None, None)
+
+
+JUDGES = {
+    "answers": answers,
+    "solves": solves,
+    "twice": twice,
+    "differ": differ,
+    "ends": ends,
+    "rewards": rewards,
+    "project": lambda env, tasks, max_steps: served(env, tasks, "project_app", max_steps),
+    "openenv": lambda env, tasks, max_steps: served(env, tasks, "openenv_app", max_steps),
+}
