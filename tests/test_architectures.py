@@ -129,7 +129,7 @@ def test_the_prefill_and_the_prompt_pass_give_the_plain_forwards_tokens_and_logp
 
 
 @pytest.mark.parametrize("kind", list(ARCHITECTURES))
-def test_train_py_takes_a_step_on_every_architecture(tiny_path, babyai, tmp_path, kind):
+def test_train_py_takes_a_step_on_every_architecture(fresh_accelerate, tiny_path, babyai, tmp_path, kind):
     """train.py on a saved random model of `kind` with the tiny tokenizer: one GRPO step, a finite
     loss, no skipped step, and the weights moved."""
     policy = policy_on(tiny_path, kind)
