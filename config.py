@@ -109,8 +109,10 @@ def load_agent(cfg: AgentConfig, device: str, model: str | None = None, trainabl
         policy.model = lora.load_adapters(policy.model, name, trainable)
         policy.path = name  # where it starts: the base and these adapters (train.py's KL reference)
         return policy
-    if tiny.is_tiny(name):
-        policy = tiny.load(name, cfg.env, device)
+    if tiny.is_tiny(
+        name
+    ):  # (an OpenEnv environment gets BabyAI's: it reads any text, masked to the listed actions)
+        policy = tiny.load(name, cfg.env if cfg.env in ENVS else "babyai", device)
     else:  # `smollm2` or a .gguf file: its converted folder (machinery/gguf_model.py); else the name as is
         policy = agent.load_policy(resolve_model(name), device)
     from machinery.logprobs import fp32_head

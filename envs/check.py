@@ -10,8 +10,8 @@ trainer would, with random actions (an available action where the observation li
                      task id trains on one task, and every held-out score is that task's
     episodes end     every episode reaches `done` within --max-steps: an episode that never ends only
                      stops at the horizon, so nothing the agent does finishes it
-    rewards in range every step reward lies in [--low, --high]: the trainer reads success as an
-                     outcome of 1 or more, and advantages scale with the reward's spread
+    rewards in range every step reward lies in [--low, --high]: the trainer reads success as a
+                     positive outcome, and advantages scale with the reward's spread
 
 Prints one line per check and exits 0 when all three pass, 1 otherwise.
 """

@@ -18,7 +18,9 @@ the `openenv` package or its dependencies (tests/test_openenv_train.py checks it
                     and reset sends {"split", "index"}; without a task API, a task id is a seed,
                     {"seed": id} (train 0-9999, test 10000-10199, val 10200-10299, as BabyAI's).
                     The whole reply is the action (the server parses it); the outcome is the sum
-                    of the step rewards (or the observation's `score`), a success at 1 or more.
+                    of the step rewards (or the observation's `score`), a success above 0 (as
+                    BabyAI's, whose reward for a success shrinks with its steps; an environment
+                    of partial credit, as SciWorld's score, counts any progress).
     OpenEnvPool     EnvPool's interface (reset, step, close) over one WebSocket per slot, all slots
                     in flight at once on a thread pool. The observation's text is the user's message,
                     its other fields (e.g. `available_actions`, for action masking) ride along; a
@@ -111,7 +113,7 @@ def spec_of(info: OpenEnvInfo) -> EnvSpec:
         splits=splits,
         instruction=info.instruction,
         parse_action=whole_reply,
-        success_at=1.0,
+        success_at=1e-6,  # any positive outcome
     )
 
 

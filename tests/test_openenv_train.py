@@ -135,11 +135,12 @@ def test_eval_through_openenv_on_babyai_plays_the_same_episodes_as_through_this_
     ours, theirs = runs["babyai"], runs["openenv"]
     assert len(ours) == len(theirs) == 8  # (the task ids differ: openenv numbers the splits in turn)
     for a, b in zip(ours, theirs):
-        assert (a["observations"], a["actions"], a["rewards"], a["score"]) == (
+        assert (a["observations"], a["actions"], a["rewards"], a["score"], a["success"]) == (
             b["observations"],
             b["actions"],
             b["rewards"],
             b["score"],
+            b["success"],
         )
         assert a["conversation"][0] == b["conversation"][0]  # the system prompt: the instruction
 
