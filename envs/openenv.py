@@ -66,8 +66,9 @@ def text_fields(schema: dict, skip: tuple[str, ...]) -> list[str]:
     return sorted(strings, key=lambda k: k not in required)
 
 
-@lru_cache(maxsize=None)
+@lru_cache(maxsize=None)  # asked once per address: the spec (env_spec) and the pool (open_pool) both read it
 def describe(url: str, timeout: float = 30.0) -> OpenEnvInfo:
+    """What the OpenEnv server at `url` says about itself (see the module's docstring)."""
     base = http_url(url)
     get = lambda path: requests.get(base + path, timeout=timeout)  # noqa: E731
     answer = get("/schema")
