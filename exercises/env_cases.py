@@ -31,8 +31,8 @@ def env_cases() -> list[Case]:
     return [
         case(
             "every answer has observation (str), reward (a number), done (bool), available_actions "
-            "(a list of str), observation() repeats the last observation, and the expert's action "
-            "is available",
+            "(a list of str); observation() repeats the last observation ('' before any reset); the "
+            "expert's action is available",
             "answers",
             [0, 1, 2],
             expert,
@@ -68,7 +68,7 @@ def env_cases() -> list[Case]:
             "not actions included",
             "rewards",
             [0, 1, 2, 3, 5],
-            f"'dance', '', 'open box 99', then the expert's; then {firsts}; then the last available one",
+            f"'dance', '', '42', then the expert's; then {firsts}; then the last available one",
         ),
         case(
             "served as a server of this project (project_app()): two episodes at once over /create, "
@@ -137,6 +137,8 @@ def rewards_of(episode) -> list:
 
 
 def answers(env, tasks, max_steps) -> str:
+    if env.Game().observation() != "":
+        return f"a new Game's observation() gave {env.Game().observation()!r} before any reset"
     for task in tasks:
         game = env.Game()
         answer = game.reset(task)
@@ -217,7 +219,7 @@ def ends(env, tasks, max_steps) -> str:
 
 
 def rewards(env, tasks, max_steps) -> str:
-    nonsense = ["dance", "", "open box 99"]
+    nonsense = ["dance", "", "42"]
     wrong_then_expert = lambda game, answer, k: nonsense[k] if k < len(nonsense) else expert(game, answer, k)  # noqa: E731
     for task in tasks:
         for policy in (wrong_then_expert, first, last):
@@ -260,11 +262,18 @@ def served(env, tasks, way: str, max_steps) -> str:
 
 def over_http(client, tasks):
     """A conversation with a server of this project: sent [(task, action)], answers (obs, reward, done)."""
-    ids = {t: client.post("/create", json={}).json()["id"] for t in tasks}
-    plain = lambda a: (a.get("observation", a), a.get("reward"), a.get("done"))  # noqa: E731
-    steps = yield [plain(client.post("/reset", json={"id": ids[t], "data_idx": t}).json()) for t in tasks]
+
+    def post(path, body):
+        answer = client.post(path, json=body)
+        if answer.status_code != 200:
+            raise RuntimeError(f"POST {path} {body} answered {answer.status_code}: {answer.text}")
+        return answer.json()
+
+    ids = {t: post("/create", {})["id"] for t in tasks}
+    plain = lambda a: (a["observation"], a["reward"], a["done"])  # noqa: E731
+    steps = yield [plain(post("/reset", {"id": ids[t], "data_idx": t})) for t in tasks]
     while True:
-        steps = yield [plain(client.post("/step", json={"id": ids[t], "action": a}).json()) for t, a in steps]
+        steps = yield [plain(post("/step", {"id": ids[t], "action": a})) for t, a in steps]
 
 
 def over_openenv(client, tasks):
@@ -279,7 +288,10 @@ def over_openenv(client, tasks):
 
     def ask(t, message):
         sockets[t].send_json(message)
-        a = read_observation(info, sockets[t].receive_json().get("data", {}))
+        answer = sockets[t].receive_json()
+        if answer.get("type") != "observation":
+            raise RuntimeError(f"the WebSocket message {message} was answered {answer}")
+        a = read_observation(info, answer.get("data", {}))
         return (a["observation"], a["reward"], a["done"])
 
     try:

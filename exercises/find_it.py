@@ -1,65 +1,71 @@
 """Problem 10's reference solution: Find it, a small text environment, served both ways.
 
-Five closed boxes stand in a row; one holds the item the task names. `open box N` opens one; the
-episode ends when the item is found (reward 1) or after MAX_STEPS steps, whatever the actions were
-(reward 0 on every other step). Task t names ITEMS[t % 4] and hides it in box (t // 4) % 5 + 1, so
-tasks 0 to 19 are twenty different puzzles; two tasks that name the same item begin with the same
-observation and part at the first box opened.
+Five closed boxes of five colours stand in a row; one holds the item the task names, and every
+observation says which colour it is. `open the <colour> box` opens one; the episode ends when the
+item is found or after MAX_STEPS steps, whatever the actions were. Finding it at step k rewards
+1 - 0.15 (k - 1), every other step 0. Task t names ITEMS[t % 4] and hides it in the box of colour
+COLOURS[(t // 4) % 5], so
+tasks 0 to 19 are twenty different puzzles. The clue is in every observation because the tiny
+policy reads the last one only (context_turns=1): a task it cannot tell from what it reads, it
+cannot learn.
 
 Where it sits: beside the exercises, like corridor.py. `Game` has the four methods of a server of
 this project (servers/common.py) and the expert; `project_app` serves it as servers/babyai.py
 serves BabyAI (servers.common.build_app, with OpenEnv's dialect added), `openenv_app` through
 OpenEnv's own server code (docs/own-environment.md). Read it after your check of problem 10 passes.
 
-    python -m exercises.find_it openenv --port 8000   # then: python train.py --env openenv --url ws://127.0.0.1:8000
-    python -m exercises.find_it project --port 8001   # the same, through this project's server
+    python -m exercises.find_it openenv --port 8000   # then train.py --env openenv --url ws://127.0.0.1:8000
+    python -m exercises.find_it project --port 8001   # the same through this project's server, :8001
 """
 
 import argparse
 import sys
 
 ITEMS = ["key", "coin", "ring", "map"]
-BOXES = 5
+COLOURS = ["blue", "red", "green", "yellow", "grey"]
 MAX_STEPS = 6  # every step counts, an action that is not one too: the episode always ends
 
 
 class Game:
     def __init__(self):
-        self.item, self.box, self.steps, self.last = "", 0, 0, ""
+        self.item, self.colour, self.steps, self.last = "", "", 0, ""
 
     def reset(self, data_idx: int) -> dict:
         if not isinstance(data_idx, int) or isinstance(data_idx, bool) or data_idx < 0:
             from servers.common import EnvError
 
             raise EnvError(f"no task {data_idx!r}: tasks are integers from 0", 404)
-        self.item, self.box = ITEMS[data_idx % len(ITEMS)], (data_idx // len(ITEMS)) % BOXES + 1
+        self.item = ITEMS[data_idx % len(ITEMS)]
+        self.colour = COLOURS[(data_idx // len(ITEMS)) % len(COLOURS)]
         self.steps = 0
-        return self.answer(f"Find the {self.item}. {BOXES} boxes stand in a row, all closed.", 0.0)
+        return self.answer(f"Find the {self.item}. It is in the {self.colour} box.", 0.0)
 
     def step(self, action: str) -> dict:
         self.steps += 1
-        words = action.strip().split()
-        if len(words) != 3 or words[:2] != ["open", "box"] or words[2] not in self.available():
-            return self.answer(f"{action[:50]!r} is not an action; say `open box N`.", 0.0)
-        n = int(words[2])
-        if n == self.box:
-            return self.answer(f"You open box {n}: the {self.item}! You found it.", 1.0, done=True)
-        return self.answer(f"Box {n} holds no {self.item}.", 0.0)
+        action = " ".join(action.split())
+        if action not in self.available():
+            return self.answer(f"{action[:50]!r} is not an action; say `open the <colour> box`.", 0.0)
+        if action == f"open the {self.colour} box":
+            found = f"You open the {self.colour} box: the {self.item}! You found it."
+            return self.answer(found, 1.0 - 0.15 * (self.steps - 1), done=True)
+        return self.answer(f"That box holds no {self.item}. It is in the {self.colour} box.", 0.0)
 
     def answer(self, text: str, reward: float, done: bool = False) -> dict:
         self.last = text
         done = done or self.steps >= MAX_STEPS
-        actions = [f"open box {n}" for n in self.available()]
-        return {"observation": text, "reward": reward, "done": done, "available_actions": actions}
+        return {"observation": text, "reward": reward, "done": done, "available_actions": self.available()}
 
     def available(self) -> list[str]:
-        return [str(n) for n in range(1, BOXES + 1)]
+        return [f"open the {c} box" for c in COLOURS]
 
     def observation(self) -> str:
         return self.last
 
     def expert(self) -> dict:
-        return {"action": f"open box {self.box}", "thought": f"the {self.item} is in box {self.box}"}
+        return {
+            "action": f"open the {self.colour} box",
+            "thought": f"the {self.item} is in the {self.colour} box",
+        }
 
     def close(self) -> None:
         pass
@@ -79,7 +85,7 @@ def openenv_app(make_env=Game):
     """`make_env` served by OpenEnv's own server code, one Game per session."""
     from openenv.core.env_server.http_server import create_fastapi_app
 
-    return create_fastapi_app(*openenv_environment(make_env), max_concurrent_envs=64, env_name="find_it")
+    return create_fastapi_app(*openenv_environment(make_env), max_concurrent_envs=256, env_name="find_it")
 
 
 def openenv_environment(make_env=Game) -> tuple:

@@ -555,7 +555,7 @@ def _answer(game=find_it.Game, openenv_environment=None, one_game=False) -> Simp
         from openenv.core.env_server.http_server import create_fastapi_app
 
         classes = (openenv_environment or find_it.openenv_environment)(make)
-        return create_fastapi_app(*classes, max_concurrent_envs=64, env_name="find_it")
+        return create_fastapi_app(*classes, max_concurrent_envs=256, env_name="find_it")
 
     return SimpleNamespace(Game=game, project_app=lambda: find_it.project_app(make), openenv_app=openenv_app)
 

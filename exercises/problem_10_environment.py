@@ -11,8 +11,9 @@ corridor, a word to spell. Write it three times over:
 
 `Game`, the environment, one episode at a time, with the methods of a server of this project:
 - `reset(data_idx)` starts task `data_idx` (any integer from 0) and returns an answer; `step(action)`
-  takes the agent's text and returns an answer; `observation()` the last answer's observation;
-  `expert()` `{"action": ...}`, an action that solves the task from here; `close()`.
+  takes the agent's text and returns an answer; `observation()` the last answer's observation ("" if
+  none yet: a server of this project asks at /create, before any reset); `expert()` `{"action":
+  ...}`, an action that solves the task from here; `close()`. `Game()` takes no arguments.
 - An answer is a dict: "observation" (str, what the agent reads), "reward" (a number), "done"
   (bool), "available_actions" (list of str: the actions the tiny policy picks among).
 - Tasks 0 to 9 are ten different tasks. The same task played the same way plays the same episode.
@@ -29,13 +30,12 @@ reset's data is {"seed": task id}.
 `project_app()`: a FastAPI app that serves Game as a server of this project
 (`servers.common.build_app`, and OpenEnv's dialect with `servers.openenv.add_openenv`).
 
-Worked example, a game of boxes (task 5: "Find the coin", in box 2 of 5):
-    reset(5)            -> {"observation": "Find the coin. 5 boxes stand in a row, all closed.",
-                            "reward": 0.0, "done": False, "available_actions": ["open box 1", ...]}
-    step("open box 1")  -> {"observation": "Box 1 holds no coin.", "reward": 0.0, "done": False, ...}
-    expert()            -> {"action": "open box 2"}
-    step("open box 2")  -> {"observation": "You open box 2: the coin! You found it.", "reward": 1.0,
-                            "done": True, ...}
+Worked example, a game of boxes (task 5: find the coin, in the red box):
+    reset(5)                  -> {"observation": "Find the coin. It is in the red box.", "reward": 0.0,
+                                  "done": False, "available_actions": ["open the blue box", ...]}
+    expert()                  -> {"action": "open the red box"}
+    step("open the red box")  -> {"observation": "You open the red box: the coin! You found it.",
+                                  "reward": 1.0, "done": True, ...}
 
 Decide: how a task id becomes a task, and what makes two tasks different; when an episode ends, for
 an agent that never solves it too; what reward each step gives; what a Game must forget at reset;
