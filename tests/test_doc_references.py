@@ -96,6 +96,8 @@ def docstrings() -> list[tuple[str, str]]:
 DOTTED = re.compile(r"`([a-z_][a-z0-9_]*)\.([A-Za-z_][A-Za-z0-9_.]*?)(?:\(\))?`")
 FILE_NAME = re.compile(r"([a-z_][a-z0-9_]*)\.py(?::`?|, `)([A-Za-z_][A-Za-z0-9_.]*)")
 NOT_OURS = {("config", "quantization_config")}  # a Hugging Face model's config, not config.py
+# `openenv.core.…` is the `openenv` package's, not servers/openenv.py's or envs/openenv.py's
+OUTSIDE = {"openenv": {"core"}}
 
 
 def references(text: str) -> list[tuple[str, str]]:
@@ -103,6 +105,7 @@ def references(text: str) -> list[tuple[str, str]]:
     found = DOTTED.findall(text) + FILE_NAME.findall(text)
     found = [(m, name.rstrip(".")) for m, name in found]  # a sentence's full stop is not the name's
     found = [(m, name) for m, name in found if (m, name) not in NOT_OURS and name not in SUFFIXES]
+    found = [(m, name) for m, name in found if name.split(".")[0] not in OUTSIDE.get(m, ())]
     return [(m, name) for m, name in found if m in modules() and name]
 
 
@@ -125,6 +128,9 @@ def test_the_checker_finds_the_references_it_is_meant_to():
     assert references("see `grpo.group_advantages` and agent.py:_rollout_chunk") == [
         ("grpo", "group_advantages"),
         ("agent", "_rollout_chunk"),
+    ]
+    assert references("`openenv.core.GenericEnvClient` drives `openenv.add_openenv`") == [
+        ("openenv", "add_openenv")
     ]
     assert resolves_anywhere("scaling_inter", "Schedule.stage")
     assert not resolves_anywhere("scaling_inter", "Schedule.no_such_method")
