@@ -9,6 +9,7 @@ each tests, every input your function reads, what was expected and what came bac
 (`--solution` checks the project's function itself; `--train` on problem 2 puts yours into the real
 training loop). `mistakes.py` holds, per problem, wrong versions that students write; the checker
 catches each (tests/test_exercises.py). `corridor.py` is problem 8's small environment; `faults.py`
-is problem 9, training runs with a planted fault to diagnose. The path through the code, lesson by
-lesson: docs/course.md.
+is problem 9, training runs with a planted fault to diagnose; problem 10 is an environment of the
+student's own, its cases judging properties (`env_cases.py`), `find_it.py` one that has them. The
+path through the code, lesson by lesson: docs/course.md.
 """

@@ -3,7 +3,9 @@ checker runs it and the student's function on, and how a case is run.
 
 Where it sits: `check.py` reads `PROBLEMS`; nothing else does. A reference is the project's
 function itself, or (problems 1 and 5) a few lines that drive the project's class with the
-problem's arguments: never a copy of the math. Each case's `what` is the sentence a student reads
+problem's arguments: never a copy of the math. Problem 10's student writes an environment, which
+no reference can be compared with: its cases (env_cases.py) judge properties, and its reference
+(find_it.py) is one environment that has them. Each case's `what` is the sentence a student reads
 when that case fails, so it says what the case is about.
 
 Three rules keep a wrong answer from passing. A loss is compared with its gradient with respect to
