@@ -84,6 +84,13 @@ def env_cases() -> list[Case]:
             [2, 6],
             "each task's expert's, the two sessions stepped in turn",
         ),
+        case(
+            "OpenEnv's server (openenv_app()) holds 200 sessions at once (eval.py opens one per test "
+            "task, 200): each answers its reset with {'seed': task}",
+            "sessions",
+            list(range(200)),
+            "none: a reset per session, all sessions open",
+        ),
     ]
 
 
@@ -303,6 +310,30 @@ def over_openenv(client, tasks):
             ws.__exit__(None, None, None)
 
 
+def sessions(env, tasks, max_steps) -> str:
+    """One OpenEnv session per task, all open at once, each reset to its task."""
+    from fastapi.testclient import TestClient
+
+    try:
+        app = env.openenv_app()
+    except NotImplementedError:
+        return "openenv_app is not written yet (it raises NotImplementedError)"
+    with TestClient(app) as client:
+        opened = [client.websocket_connect("/ws") for _ in tasks]
+        sockets = [ws.__enter__() for ws in opened]
+        try:
+            for t, ws in zip(tasks, sockets):
+                ws.send_json({"type": "reset", "data": {"seed": t}})
+            answers = [ws.receive_json() for ws in sockets]
+        finally:
+            for ws in sockets:
+                ws.__exit__(None, None, None)
+    for t, answer in zip(tasks, answers):
+        if answer.get("type") != "observation":
+            return f"session {t + 1} of {len(tasks)}, reset with {{'seed': {t}}}, was answered {answer}"
+    return AGREES
+
+
 JUDGES = {
     "answers": answers,
     "solves": solves,
@@ -312,4 +343,5 @@ JUDGES = {
     "rewards": rewards,
     "project": lambda env, tasks, max_steps: served(env, tasks, "project_app", max_steps),
     "openenv": lambda env, tasks, max_steps: served(env, tasks, "openenv_app", max_steps),
+    "sessions": sessions,
 }

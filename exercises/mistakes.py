@@ -545,9 +545,10 @@ def the_task_as_the_slot(*args, **kwargs):
 # Each mistake is a whole answer (Game, openenv_app, project_app): find_it.py's with one rule changed.
 
 
-def _answer(game=find_it.Game, openenv_environment=None, one_game=False) -> SimpleNamespace:
+def _answer(game=find_it.Game, openenv_environment=None, one_game=False, sessions=256) -> SimpleNamespace:
     """find_it.py's three names around `game`; `openenv_environment`: a wrapper of one's own;
-    `one_game`: each server handed one Game for all its episodes, not a way to make one."""
+    `one_game`: each server handed one Game for all its episodes, not a way to make one;
+    `sessions`: the most OpenEnv sessions at once."""
     shared = game()
     make = (lambda: shared) if one_game else game
 
@@ -555,7 +556,7 @@ def _answer(game=find_it.Game, openenv_environment=None, one_game=False) -> Simp
         from openenv.core.env_server.http_server import create_fastapi_app
 
         classes = (openenv_environment or find_it.openenv_environment)(make)
-        return create_fastapi_app(*classes, max_concurrent_envs=256, env_name="find_it")
+        return create_fastapi_app(*classes, max_concurrent_envs=sessions, env_name="find_it")
 
     return SimpleNamespace(Game=game, project_app=lambda: find_it.project_app(make), openenv_app=openenv_app)
 
@@ -660,6 +661,12 @@ def openenv_task_from_the_index():
     return _answer(openenv_environment=_from_index)
 
 
+def sixty_four_sessions():
+    """OpenEnv's server capped at 64 sessions: eval.py's 200 test tasks open 200, and the rest end
+    in an environment error the run leaves out of its rates."""
+    return _answer(sessions=64)
+
+
 def one_game_for_every_episode():
     """Each server handed one Game, not a way to make one: two episodes at once share it, and the
     second reset overwrites the first's task."""
@@ -737,5 +744,6 @@ MISTAKES = {
         "the score as the reward": the_score_as_the_reward(),
         "the OpenEnv wrapper reads the task from index": openenv_task_from_the_index(),
         "one Game for every episode": one_game_for_every_episode(),
+        "sixty-four OpenEnv sessions": sixty_four_sessions(),
     },
 }

@@ -25,7 +25,7 @@ corridor, a word to spell. Write it three times over:
 (`openenv.core.env_server.http_server.create_fastapi_app`; `pip install --no-deps -r
 requirements-openenv.txt`): an action with one text field, an observation with one text field and
 the available actions. This project's trainer talks to an environment without a task API by seeds:
-reset's data is {"seed": task id}.
+reset's data is {"seed": task id}. It holds 200 sessions at once.
 
 `project_app()`: a FastAPI app that serves Game as a server of this project
 (`servers.common.build_app`, and OpenEnv's dialect with `servers.openenv.add_openenv`).
