@@ -234,12 +234,21 @@ def test_the_last_layer_at_the_last_column_only_gives_the_plain_logits_and_cache
     [
         ("mistral", "sdpa", {"sliding_window": 4}),  # a window: its cache keeps only the last columns
         ("gemma", "sdpa", {}),  # another layer (its norms and scaled embeddings)
-        ("llama", "flex_attention", {}),  # a mask that is not a 4D tensor
+        ("llama", "other", {}),  # an attention it does not know (flex attention's mask is no 4D tensor)
     ],
 )
 def test_a_model_it_does_not_know_runs_its_plain_forward(kind, attention, extra):
-    """Every column of the last layer is computed, as without `last_column_only`."""
+    """Every column of the last layer is computed, as without `last_column_only`. ("other" is SDPA
+    registered under a name the fast path does not know: flex attention, the real case, compiles
+    C++ kernels, which fail under PyTorch's default kernels, ATEN_CPU_CAPABILITY=default.)"""
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
     from machinery.kv_cache import last_column_only
+
+    AttentionInterface.register("other", sdpa_attention_forward)
+    AttentionMaskInterface.register("other", sdpa_mask)
 
     model = small_model(kind, attention, **extra)
     seen = last_layer_rows(model)

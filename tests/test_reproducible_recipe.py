@@ -91,8 +91,8 @@ def test_the_recipe_run_twice_gives_identical_weights(tmp_path):
         )
         env = dict(os.environ, PYTHONHASHSEED=hash_seed, OMP_NUM_THREADS="1")
         r = subprocess.run(
-            [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
-        )
+            [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
+        )  # a hang's guard: a minute or two here, over 5 minutes with the default kernels on a busy machine
         assert r.returncode == 0, r.stderr[-3000:]
         line = next(ln for ln in r.stdout.splitlines() if ln.startswith("FINGERPRINT "))
         fingerprints.append(json.loads(line.removeprefix("FINGERPRINT ")))
