@@ -14,14 +14,14 @@ reward, done), each as the environment answered it.
 
 import math
 
-from exercises.cases import Case
-
 AGREES = "the property holds"
 MAX_STEPS = 20  # the contract's bound on an episode of available actions
 ANSWER_KEYS = {"observation": str, "reward": (int, float), "done": bool, "available_actions": list}
 
 
-def env_cases() -> list[Case]:
+def env_cases() -> list:
+    from exercises.cases import Case  # (cases.py imports this file)
+
     ten = list(range(10))
     case = lambda what, prop, tasks, actions: Case(  # noqa: E731
         what, dict(property=prop, tasks=tasks, actions=actions, max_steps=MAX_STEPS)
@@ -71,8 +71,8 @@ def env_cases() -> list[Case]:
             f"'dance', '', '42', then the expert's; then {firsts}; then the last available one",
         ),
         case(
-            "served as a server of this project (project_app()): two episodes at once over /create, "
-            "/reset and /step answer as Game does",
+            "served as a server of this project (project_app()): two episodes at once answer as Game "
+            "does, over /create, /reset and /step and over OpenEnv's WebSocket",
             "project",
             [4, 9],
             "each task's expert's, the two episodes stepped in turn",
@@ -241,7 +241,8 @@ def rewards(env, tasks, max_steps) -> str:
 
 
 def served(env, tasks, way: str, max_steps) -> str:
-    """Both tasks' expert episodes through the app `way` builds, stepped in turn, against Game's."""
+    """Both tasks' expert episodes through the app `way` builds, stepped in turn, against Game's:
+    a server of this project in its own dialect and in OpenEnv's, OpenEnv's server in its own."""
     from fastapi.testclient import TestClient
 
     wanted = {t: play(env.Game(), t, expert, max_steps) for t in tasks}
@@ -251,20 +252,28 @@ def served(env, tasks, way: str, max_steps) -> str:
         return f"{way} is not written yet (it raises NotImplementedError)"
     except ImportError as e:
         return f"{way} could not import {e.name}: pip install --no-deps -r requirements-openenv.txt"
-    with TestClient(app) as client:
-        talk = (over_http if way == "project_app" else over_openenv)(client, tasks)
-        got = {t: [] for t in tasks}
-        for t, answer in zip(tasks, talk.send(None)):
-            got[t].append(answer)
-        for k in range(max(len(e) for e in wanted.values()) - 1):
-            live = [t for t in tasks if k + 1 < len(wanted[t])]
-            for t, answer in zip(live, talk.send([(t, wanted[t][k + 1][0]) for t in live])):
-                got[t].append((wanted[t][k + 1][0], *answer))
-        talk.close()
-    for t in tasks:
-        if got[t] != wanted[t]:
-            return f"task {t}: Game played {wanted[t]}; {way}() served {got[t]}"
+    dialects = {"its own dialect": over_http, "OpenEnv's": over_openenv} if way == "project_app" else {}
+    for dialect, talk in (dialects or {"OpenEnv's": over_openenv}).items():
+        with TestClient(app) as client:
+            got = conversation(talk(client, tasks), wanted)
+        for t in tasks:
+            if got[t] != wanted[t]:
+                return f"task {t}: Game played {wanted[t]}; {way}() served, in {dialect}, {got[t]}"
     return AGREES
+
+
+def conversation(talk, wanted: dict) -> dict:
+    """Each task's episode through `talk`, replaying the actions of `wanted`, the episodes in turn."""
+    tasks = list(wanted)
+    got = {t: [] for t in tasks}
+    for t, answer in zip(tasks, talk.send(None)):
+        got[t].append(answer)
+    for k in range(max(len(e) for e in wanted.values()) - 1):
+        live = [t for t in tasks if k + 1 < len(wanted[t])]
+        for t, answer in zip(live, talk.send([(t, wanted[t][k + 1][0]) for t in live])):
+            got[t].append((wanted[t][k + 1][0], *answer))
+    talk.close()
+    return got
 
 
 def over_http(client, tasks):
@@ -287,7 +296,10 @@ def over_openenv(client, tasks):
     """The same through OpenEnv's WebSocket, read as envs/openenv.py reads it."""
     from envs.openenv import OpenEnvInfo, read_observation, text_fields
 
-    schema = client.get("/schema").json()
+    schema = client.get("/schema")
+    if schema.status_code != 200:
+        raise RuntimeError(f"GET /schema answered {schema.status_code}: the app speaks no OpenEnv")
+    schema = schema.json()
     (field,) = text_fields(schema["action"], ("metadata",))
     texts = text_fields(schema.get("observation", {}), ("metadata",))
     info = OpenEnvInfo("", field, texts[0] if len(texts) == 1 else None, "", ())

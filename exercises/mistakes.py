@@ -545,10 +545,12 @@ def the_task_as_the_slot(*args, **kwargs):
 # Each mistake is a whole answer (Game, openenv_app, project_app): find_it.py's with one rule changed.
 
 
-def _answer(game=find_it.Game, openenv_environment=None, one_game=False, sessions=256) -> SimpleNamespace:
+def _answer(
+    game=find_it.Game, openenv_environment=None, one_game=False, sessions=256, project_app=None
+) -> SimpleNamespace:
     """find_it.py's three names around `game`; `openenv_environment`: a wrapper of one's own;
     `one_game`: each server handed one Game for all its episodes, not a way to make one;
-    `sessions`: the most OpenEnv sessions at once."""
+    `sessions`: the most OpenEnv sessions at once; `project_app`: a server of one's own."""
     shared = game()
     make = (lambda: shared) if one_game else game
 
@@ -558,7 +560,8 @@ def _answer(game=find_it.Game, openenv_environment=None, one_game=False, session
         classes = (openenv_environment or find_it.openenv_environment)(make)
         return create_fastapi_app(*classes, max_concurrent_envs=sessions, env_name="find_it")
 
-    return SimpleNamespace(Game=game, project_app=lambda: find_it.project_app(make), openenv_app=openenv_app)
+    serve = project_app or (lambda: find_it.project_app(make))
+    return SimpleNamespace(Game=game, project_app=serve, openenv_app=openenv_app)
 
 
 class _OneTask(find_it.Game):
@@ -661,6 +664,15 @@ def openenv_task_from_the_index():
     return _answer(openenv_environment=_from_index)
 
 
+def project_server_without_openenv():
+    """build_app alone, OpenEnv's dialect not added: the server answers this project's client, but
+    `train.py --env openenv --url` finds no OpenEnv environment there (and, without an entry in
+    envs/tasks.py, --env openenv is the only way to train on it)."""
+    from servers.common import build_app
+
+    return _answer(project_app=lambda: build_app("Find it", find_it.Game, inline_calls=True))
+
+
 def sixty_four_sessions():
     """OpenEnv's server capped at 64 sessions: eval.py's 200 test tasks open 200, and the rest end
     in an environment error the run leaves out of its rates."""
@@ -745,5 +757,6 @@ MISTAKES = {
         "the OpenEnv wrapper reads the task from index": openenv_task_from_the_index(),
         "one Game for every episode": one_game_for_every_episode(),
         "sixty-four OpenEnv sessions": sixty_four_sessions(),
+        "a project server without OpenEnv's dialect": project_server_without_openenv(),
     },
 }
