@@ -22,10 +22,15 @@ ANSWER_KEYS = {"observation": str, "reward": (int, float), "done": bool, "availa
 def env_cases() -> list:
     from exercises.cases import Case  # (cases.py imports this file)
 
-    ten = list(range(10))
     case = lambda what, prop, tasks, actions: Case(  # noqa: E731
         what, dict(property=prop, tasks=tasks, actions=actions, max_steps=MAX_STEPS)
     )
+    return game_cases(case) + served_cases(case)
+
+
+def game_cases(case) -> list:
+    """The Game's own properties, played in this process."""
+    ten = list(range(10))
     expert = "the expert's: Game.expert()['action'], each turn"
     firsts = "the first available action, each turn"
     return [
@@ -70,6 +75,12 @@ def env_cases() -> list:
             [0, 1, 2, 3, 5],
             f"'dance', '', '42', then the expert's; then {firsts}; then the last available one",
         ),
+    ]
+
+
+def served_cases(case) -> list:
+    """The Game through each server, over the wire's messages (FastAPI's TestClient, in process)."""
+    return [
         case(
             "served as a server of this project (project_app()): two episodes at once answer as Game "
             "does, over /create, /reset and /step and over OpenEnv's WebSocket",
