@@ -411,6 +411,25 @@ def whitened_in_float32(batch, cfg, state=None):
 # --- problem 8: the rollout loop ----------------------------------------------------------------
 
 
+def _begin(env, spec, tasks, slots):
+    """Every episode reset: its trajectory, and the episodes in play (a failed reset is done)."""
+    from agent import Trajectory
+
+    trajs = [Trajectory(task=t, group=i) for i, t in enumerate(tasks)]
+    live = []
+    for i, (tr, r) in enumerate(zip(trajs, env.reset(slots, tasks))):
+        tr.messages += [
+            {"role": "system", "content": spec.instruction},
+            {"role": "user", "content": r["observation"]},
+        ]
+        tr.observations.append(r["observation"])
+        if r.get("error"):
+            tr.error, tr.done = r["error"], True
+        else:
+            live.append(i)
+    return trajs, live
+
+
 def _rollout(
     env,
     spec,
@@ -427,21 +446,8 @@ def _rollout(
     step_every_episode=False,
     slot_of=lambda i, task: i,
 ):
-    from agent import Trajectory
-
-    trajs = [Trajectory(task=t, group=i) for i, t in enumerate(tasks)]
-    live = []
     slots = [slot_of(i, t) for i, t in enumerate(tasks)]
-    for i, (tr, r) in enumerate(zip(trajs, env.reset(slots, tasks))):
-        tr.messages += [
-            {"role": "system", "content": spec.instruction},
-            {"role": "user", "content": r["observation"]},
-        ]
-        tr.observations.append(r["observation"])
-        if r.get("error"):
-            tr.error, tr.done = r["error"], True
-        else:
-            live.append(i)
+    trajs, live = _begin(env, spec, tasks, slots)
     started = list(live)
     for turn in range(max_turns):
         sent = started if step_every_episode else live
