@@ -132,22 +132,20 @@ def openenv_environment(make_env=Game) -> tuple:
     return FindIt, Say, Seen
 
 
-def main(argv=None, apps=None) -> None:
-    """`openenv` or `project`, then --port (and, for `project`, every flag of servers.common.serve)."""
-    apps = apps or {"openenv": openenv_app, "project": project_app}
-    parser = argparse.ArgumentParser(description="serve the environment one way or the other")
-    parser.add_argument("way", choices=sorted(apps))
+def main(argv=None) -> None:
+    """`openenv` or `project`, then --port (and, for `project`, any flag of servers.common.serve)."""
+    parser = argparse.ArgumentParser(description="serve Find it one way or the other")
+    parser.add_argument("way", choices=["openenv", "project"])
     parser.add_argument("--port", type=int, default=8000)
     args, rest = parser.parse_known_args(argv)
-    app = apps[args.way]()
     if args.way == "project":
         from servers.common import serve
 
-        serve(app, ["--port", str(args.port), *rest])
+        serve(project_app(), ["--port", str(args.port), *rest])
     else:
         import uvicorn
 
-        uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
+        uvicorn.run(openenv_app(), host="127.0.0.1", port=args.port, log_level="warning")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ corridor, a word to spell. Write it three times over:
   (bool), "available_actions" (list of str: the actions the tiny policy picks among).
 - Tasks 0 to 9 are ten different tasks. The same task played the same way plays the same episode.
 - Every reward is in [0, 1], and an episode's rewards add up to at most 1: the trainer reads an
-  episode's outcome as their sum, and a success as 1. The expert's episodes add up to exactly 1.
+  episode's outcome as their sum. The expert's episodes add up to exactly 1.
 - An episode of available actions, whichever, is done within 20 steps.
 
 `openenv_app()`: a FastAPI app that serves Game through OpenEnv's own server code
@@ -42,11 +42,13 @@ an agent that never solves it too; what reward each step gives; what a Game must
 how the task id reaches your Game through each server, and how many Games each server makes.
 
 Task: write Game, openenv_app and project_app. Check: python -m exercises.check 10
-Then serve it and train on it (docs/course.md, lesson 7):
+Then serve it (`openenv` or `project`) and train on it, R the turns your game needs (docs/course.md,
+lesson 7):
     python -m exercises.problem_10_environment openenv --port 8000
-    python train.py --env openenv --url ws://127.0.0.1:8000 --steps 3 --out runs/mine
+    python train.py --env openenv --url ws://127.0.0.1:8000 --steps 80 --rounds R --out runs/l7
 """
 
+import argparse
 import sys
 
 
@@ -75,7 +77,21 @@ def project_app():
     raise NotImplementedError("problem 10: Game as a server of this project (this file's docstring)")
 
 
-if __name__ == "__main__":  # python -m exercises.problem_10_environment openenv|project --port P
-    from exercises.find_it import main
+def main(argv=None) -> None:
+    """`openenv` or `project`, then --port (and, for `project`, any flag of servers.common.serve)."""
+    parser = argparse.ArgumentParser(description="serve Game one way or the other")
+    parser.add_argument("way", choices=["openenv", "project"])
+    parser.add_argument("--port", type=int, default=8000)
+    args, rest = parser.parse_known_args(argv)
+    if args.way == "project":
+        from servers.common import serve
 
-    main(sys.argv[1:], {"openenv": openenv_app, "project": project_app})
+        serve(project_app(), ["--port", str(args.port), *rest])
+    else:
+        import uvicorn
+
+        uvicorn.run(openenv_app(), host="127.0.0.1", port=args.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
