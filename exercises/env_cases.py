@@ -37,9 +37,10 @@ def game_cases(case) -> list:
         case(
             "every answer has observation (str), reward (a number), done (bool), available_actions "
             "(a list of str); observation() repeats the last observation ('' before any reset); the "
-            "expert's action is available",
+            "expert's action is available; on tasks as the trainer numbers them (its seeds: train "
+            "0-9999, test 10000-10199)",
             "answers",
-            [0, 1, 2],
+            [0, 1, 2, 9_999, 10_199],
             expert,
         ),
         case(
@@ -99,7 +100,7 @@ def served_cases(case) -> list:
             "OpenEnv's server (openenv_app()) holds 200 sessions at once (eval.py opens one per test "
             "task, 200): each answers its reset with {'seed': task}",
             "sessions",
-            list(range(200)),
+            list(range(10_000, 10_200)),
             "none: a reset per session, all sessions open",
         ),
     ]
@@ -130,17 +131,27 @@ def replay(actions):
 
 def play(game, task, policy, max_steps) -> list:
     """One episode of `policy` (game, last answer, turn -> action, None to stop) on `game`."""
-    answer = game.reset(task)
+    answer = attempt(game.reset, (task,), f"task {task}: reset({task})")
     episode = [(answer["observation"], answer["reward"], answer["done"])]
     for k in range(max_steps):
         if answer["done"]:
             break
-        action = policy(game, answer, k)
+        action = attempt(policy, (game, answer, k), f"task {task}: choosing an action", episode)
         if action is None:
             break
-        answer = game.step(action)
+        answer = attempt(game.step, (action,), f"task {task}: step({action!r})", episode)
         episode.append((action, answer["observation"], answer["reward"], answer["done"]))
     return episode
+
+
+def attempt(fn, args: tuple, what: str, episode=()):
+    """fn(*args), a raise named with what was called and the episode so far."""
+    try:
+        return fn(*args)
+    except Exception as e:
+        raise RuntimeError(
+            f"{what} raised {type(e).__name__}: {e}; the episode so far: {list(episode)}"
+        ) from e
 
 
 def actions_of(episode) -> list[str]:
@@ -159,7 +170,7 @@ def answers(env, tasks, max_steps) -> str:
         return f"a new Game's observation() gave {env.Game().observation()!r} before any reset"
     for task in tasks:
         game = env.Game()
-        answer = game.reset(task)
+        answer = attempt(game.reset, (task,), f"task {task}: reset({task})")
         for k in range(2):
             wrong = ill_formed(answer)
             if wrong:
@@ -353,7 +364,7 @@ def sessions(env, tasks, max_steps) -> str:
                 ws.__exit__(None, None, None)
     for t, answer in zip(tasks, answers):
         if answer.get("type") != "observation":
-            return f"session {t + 1} of {len(tasks)}, reset with {{'seed': {t}}}, was answered {answer}"
+            return f"the session reset with {{'seed': {t}}}, of {len(tasks)} open, was answered {answer}"
     return AGREES
 
 

@@ -585,6 +585,19 @@ class _Drawn(find_it.Game):
         return super().reset(random.randrange(20))
 
 
+class _Listed(find_it.Game):
+    PUZZLES = list(range(20))
+
+    def reset(self, data_idx):
+        return super().reset(self.PUZZLES[data_idx])
+
+
+def twenty_puzzles_indexed():
+    """The task id indexes a list of twenty puzzles: the trainer's seeds run to 10199 (train
+    0-9999, test 10000-10199), and every reset past the list is an error."""
+    return _answer(_Listed)
+
+
 def the_task_drawn_at_random():
     """The puzzle drawn from an unseeded generator: the same task twice is two tasks, GRPO's group
     of one task holds different puzzles, and no evaluation can be repeated."""
@@ -754,6 +767,7 @@ MISTAKES = {
     },
     10: {
         "the task id ignored": the_task_id_ignored(),
+        "twenty puzzles, indexed by the task id": twenty_puzzles_indexed(),
         "the task drawn at random": the_task_drawn_at_random(),
         "the step count kept across resets": the_step_count_kept_across_resets(),
         "no step limit": no_step_limit(),
