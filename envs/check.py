@@ -7,7 +7,8 @@ environment before `train.py` is (docs/own-environment.md). Each check plays the
 trainer would, with random actions (an available action where the observation lists them):
 
     tasks differ     distinct task ids give distinct first observations: a reset that ignores its
-                     task id trains on one task, and every held-out score is that task's
+                     task id trains on one task, and every held-out score is that task's (tasks
+                     alike at their first turn also fail it: a policy cannot tell them apart there)
     episodes end     every episode reaches `done` within --max-steps: an episode that never ends only
                      stops at the horizon, so nothing the agent does finishes it
     rewards in range every step reward lies in [--low, --high]: the trainer reads success as a
@@ -58,7 +59,13 @@ def checks(
         (
             distinct > 1,
             f"tasks differ: {len(first)} tasks, {distinct} distinct first observations"
-            + ("" if distinct > 1 else ": does reset read its task id (split and index, or seed)?"),
+            + (
+                ""
+                if distinct > 1
+                else ": either reset ignores its task id (split and index, or seed), or the tasks part "
+                "only later, which a policy cannot tell apart at its first turn: show what sets a task "
+                "apart in its first observation"
+            ),
         ),
         (
             ended == len(first),

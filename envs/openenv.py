@@ -176,8 +176,25 @@ class OpenEnvPool:
                 raise RuntimeError(answer.get("data", {}).get("message", "error"))
             return read_observation(self.info, answer.get("data", {}))
         except (WebSocketException, OSError, TimeoutError, RuntimeError, ValueError) as e:
+            said = self._last_word(slot) or str(e)  # OpenEnv's "Server at capacity", not "received 1000 (OK)"
             self._drop(slot)
-            return {"observation": f"[environment error: {e}]", "reward": 0.0, "done": True, "error": str(e)}
+            return {"observation": f"[environment error: {said}]", "reward": 0.0, "done": True, "error": said}
+
+    def _last_word(self, slot: int) -> str | None:
+        """The error the server sent before it closed the session (OpenEnv closes a session it has no
+        room for right after saying so), if one is waiting on the socket."""
+        try:
+            answer = json.loads(self.sockets[slot].recv(timeout=0))
+        except Exception:  # nothing waiting, or not a message: the exception said it all
+            return None
+        if answer.get("type") != "error":
+            return None
+        message = answer.get("data", {}).get("message", "error")
+        if answer.get("data", {}).get("code") == "CAPACITY_REACHED":
+            message += (
+                f" (this pool opened {len(self.sockets)} sessions: fewer episodes at once, e.g. --parallel)"
+            )
+        return message
 
     def _drop(self, slot: int) -> None:
         ws, self.sockets[slot] = self.sockets[slot], None

@@ -210,3 +210,30 @@ def test_the_checker_passes_this_projects_babyai_through_its_openenv_dialect(sta
     from envs import check
 
     assert check.main(["--url", start_server("servers.babyai").url.replace("http", "ws")]) == 0
+
+
+def test_an_environment_at_its_session_cap_says_so_in_the_episodes_error(tmp_path):
+    """OpenEnv's server closes a session it has no room for right after sending "Server at
+    capacity": the pool reads that message off the closed socket and names the fix (before: the
+    episode's error was the socket's "received 1000 (OK); then sent 1000 (OK)")."""
+    from envs.openenv import OpenEnvPool
+
+    path = tmp_path / "colours.py"
+    path.write_text(
+        template("Template: an OpenEnv environment").replace(
+            "max_concurrent_envs=64", "max_concurrent_envs=1"
+        )
+    )
+    port = free_port()
+    server = serve(path, str(port))
+    pool = OpenEnvPool(f"ws://127.0.0.1:{port}", size=2)
+    try:
+        first = pool.reset([0], [0])[0]
+        second = pool.reset([1], [1])[0]
+    finally:
+        pool.close()
+        server.terminate()
+        server.wait(timeout=30)
+    assert "error" not in first and first["observation"] == "Say the colour red."
+    assert second["done"] and "Server at capacity: 1/1 sessions active" in second["error"]
+    assert "this pool opened 2 sessions: fewer episodes at once" in second["error"]
