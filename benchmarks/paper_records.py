@@ -139,7 +139,8 @@ def write_record(folder: str, name: str, argv: list[str], seconds: float | None)
         "command": "python " + " ".join(argv).replace(os.path.dirname(os.path.dirname(folder)), "<root>"),
         "revision": STUDY.revision,
         "cpu": cpu(),
-        "seconds": seconds,
+        "seconds": seconds,  # a run resumed from its checkpoint (--resume): this stretch's part only
+        "resumed": "--resume" in argv,
         "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         **rec,
     }
