@@ -719,10 +719,9 @@ def main(argv=None):
         recipe(args.env, args.root, seeds, extra, args.val_only, args.model)
         print(paper_records.report())
     if args.table or args.env:
-        where = args.root if args.records == "none" else args.records
-        text = table(where)
-        os.makedirs(where, exist_ok=True)
-        with open(os.path.join(where, "table.md"), "w") as f:
+        text = table(args.root if args.records == "none" else args.records)
+        os.makedirs(args.root, exist_ok=True)
+        with open(os.path.join(args.root, "table.md"), "w") as f:  # beside the runs, not in the records
             f.write(text)
         print(text)
 
