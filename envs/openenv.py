@@ -173,7 +173,7 @@ class OpenEnvPool:
             self.sockets[slot].send(json.dumps(message))
             answer = json.loads(self.sockets[slot].recv(timeout=self.timeout))
             if answer.get("type") == "error":
-                raise RuntimeError(answer.get("data", {}).get("message", "error"))
+                raise RuntimeError(self._explain(answer))
             return read_observation(self.info, answer.get("data", {}))
         except (WebSocketException, OSError, TimeoutError, RuntimeError, ValueError) as e:
             said = self._last_word(slot) or str(e)  # OpenEnv's "Server at capacity", not "received 1000 (OK)"
@@ -187,8 +187,11 @@ class OpenEnvPool:
             answer = json.loads(self.sockets[slot].recv(timeout=0))
         except Exception:  # nothing waiting, or not a message: the exception said it all
             return None
-        if answer.get("type") != "error":
-            return None
+        return self._explain(answer) if answer.get("type") == "error" else None
+
+    def _explain(self, answer: dict) -> str:
+        """An error message of the server's, with the fix when it is out of sessions (the message
+        comes as an answer, or waits on a socket the server closed before the request was sent)."""
         message = answer.get("data", {}).get("message", "error")
         if answer.get("data", {}).get("code") == "CAPACITY_REACHED":
             message += (
