@@ -446,6 +446,21 @@ def stage_names(d: str) -> set[str]:
     return found - {"row", "times"}
 
 
+def provenance(d: str) -> str:
+    """Where a row ran, from its records: the pinned revision, the CPU and the machine hours of every
+    recorded stage (their wall times summed); '-' for a row without records."""
+    pin = os.path.join(d, "row.json")
+    if not os.path.exists(pin):
+        return "-"
+    row = json.load(open(pin))
+    seconds = sum(
+        paper_records.load(os.path.join(d, f)).get("seconds") or 0
+        for f in sorted(os.listdir(d))
+        if f.endswith(".json") and f not in ("row.json", "times.json")
+    )
+    return f"{row['revision'][:7]}, {row['cpu']}, {seconds / 3600:.1f} h"
+
+
 def mean_of(task_figures: dict) -> float:
     return statistics.mean(task_figures.values()) if task_figures else 0.0
 
@@ -565,6 +580,7 @@ def row(env: str, root: str) -> dict | None:
             (sum(v for v, _ in valid), sum(n for _, n in valid)),
         ),
         rl_seconds=[times.get(n) for n in seeds],
+        provenance=provenance(d),
     )
 
 
@@ -580,8 +596,9 @@ def table(root: str) -> str:
         "| best imitation's pass@1 -> pass@8 (val) | SFT + RL, each seed | RL - best imitation, paired "
         "| ± counting seeds | self-training on test (val) "
         "| RL - self-training, paired, ± counting RL's seeds (self-training: one run, spread not counted) "
-        "| valid replies, best imitation -> RL | RL time per seed | paper 7B base -> RL |\n"
-        "|---|---:|---:|---|---|---|---|---|---|---|---|---|---|\n"
+        "| valid replies, best imitation -> RL | RL time per seed | paper 7B base -> RL "
+        "| revision, CPU, machine hours |\n"
+        "|---|---:|---:|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     lines = []
     for env in RECIPES:
@@ -616,7 +633,7 @@ def table(root: str) -> str:
             f"| {NAMES[env]} ({f['episodes']}{reused}) | {pts(f['expert'])} | {pts(f['base'])} | {imitation} "
             f"| {pts(f['headroom'][0])} -> {pts(f['headroom'][1])} | {rl} | {gain} | {seeds_aware} "
             f"| {self_cell} | {over_self} "
-            f"| {share(f['valid'][0])} -> {share(f['valid'][1])} | {secs or '-'} | {paper} |"
+            f"| {share(f['valid'][0])} -> {share(f['valid'][1])} | {secs or '-'} | {paper} | {f['provenance']} |"
         )
     return head + "\n".join(lines) + "\n"
 

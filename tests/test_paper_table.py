@@ -82,6 +82,7 @@ def test_the_baseline_is_the_best_imitation_checkpoint_on_val_and_the_gain_is_pa
     assert cells[8] == cells[9] == "-"  # no self-training yet
     assert cells[10] == "2/3 (0.67) -> 6/6 (1.00)"
     assert cells[11] == "10 min, 20 min"
+    assert cells[13] == "-"  # no records: no pinned revision, CPU or hours to show
     assert "TextCraft" not in paper_table.table(str(tmp_path))
 
 
@@ -491,6 +492,11 @@ def test_every_stage_leaves_a_record_and_the_table_comes_from_the_records_alone(
     shutil.rmtree(runs)
     paper_records.STUDY.__init__()
     assert paper_table.table(str(tmp_path / "records")) == from_runs
+    # with the row's pin, the row says where it ran: revision, CPU, and the recorded stages' hours
+    pin = {"revision": "abc1234def", "cpu": "a 2-core CPU"}
+    (tmp_path / "records" / "babyai" / "row.json").write_text(json.dumps(pin))
+    (line,) = [x for x in paper_table.table(str(tmp_path / "records")).splitlines() if x.startswith("| BabyAI")]
+    assert line.split("|")[-2].strip() == "abc1234, a 2-core CPU, 0.5 h"  # 600 s + 1200 s
 
 
 def _script(path, body: str) -> str:
