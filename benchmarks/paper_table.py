@@ -19,8 +19,8 @@ on (envs/tasks.py: each environment's train / val / test):
   once on the same test episodes (the same tasks x samples at the same evaluation seed), and the
   gain is RL minus the best imitation checkpoint, paired over the test tasks (each task's figure
   averaged over its samples and the RL seeds) +- its standard error over tasks, and beside it the
-  error of a two-level bootstrap over tasks and seeds (`seeds_aware_se`), which "> 2 SE" is
-  judged on.
+  error that also counts the seeds' own spread (`seeds_aware_se`: SE_tasks^2 + sigma_seeds^2 / k),
+  which "> 2 SE" is judged on.
 
 One command per row; each stage is one of the project's own commands, printed before it runs, and
 skipped when its output exists (an interrupted recipe continues where it stopped, an RL run from
