@@ -37,8 +37,8 @@ uses the k3 loss term like GRPO, so that PPO and GRPO differ only in the advanta
 
 Also here, shared by every algorithm and each off by default: DAPO's dynamic sampling
 (`dynamic_sampling`: groups whose rewards are all equal carry no signal; roll out more) and its
-overlong filter (`mask_truncated`: an episode with a reply cut at the token limit is left out
-of the loss), and the discounted return-to-go (`returns_to_go`) REINFORCE++ and GiGPO both use.
+overlong filter (`mask_episodes`: an episode with a reply cut at the token limit is left out
+of the loss), the like for an episode the horizon cut (`horizon_filter`), and the discounted return-to-go (`returns_to_go`) REINFORCE++ and GiGPO both use.
 """
 
 import dataclasses
@@ -99,6 +99,9 @@ class Settings:
     overlong_filter: bool = False
     """leave episodes with a reply cut at --max-new-tokens out of the loss (DAPO's overlong filtering; their
     reward still counts in the group's baseline)"""
+    horizon_filter: bool = False
+    """leave episodes the horizon cut (the environment had not ended them) out of the loss, so running
+    out of turns is not trained on as a failure; their reward still counts in the group's baseline"""
 
 
 def settings_class(algos) -> type:
@@ -246,12 +249,12 @@ def dynamic_sampling(trajs: list, roll_more: Callable[[int], list], want: int, m
     return kept or list(trajs), stats  # none at all: the first round, as without dynamic sampling
 
 
-def mask_truncated(batch, truncated: list[bool]) -> int:
-    """DAPO's overlong filtering, per episode: every agent token of trajectory n with truncated[n]
-    (a reply cut at --max-new-tokens) gets loss mask 0, so the update learns nothing from an
-    episode whose reply the limit, not the policy, ended. Its reward still counts in its group's
-    baseline. Call before `advantages` (whitening then sees only the trained tokens). Returns how
-    many episodes were masked."""
-    cut = torch.tensor(truncated, dtype=torch.bool)  # (N,)
+def mask_episodes(batch, cut: list[bool]) -> int:
+    """Every agent token of trajectory n with cut[n] gets loss mask 0, so the update learns nothing
+    from an episode that a limit, not the policy, ended: DAPO's overlong filtering (a reply cut at
+    --max-new-tokens) and --horizon-filter (an episode out of turns). Its reward still counts in its
+    group's baseline. Call before `advantages` (whitening then sees only the trained tokens).
+    Returns how many episodes were masked."""
+    cut = torch.tensor(cut, dtype=torch.bool)  # (N,)
     batch.loss_mask = batch.loss_mask * (~cut[batch.traj]).unsqueeze(-1)  # (B, T) * (B, 1)
     return int(cut.sum())

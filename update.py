@@ -36,7 +36,7 @@ from tqdm import tqdm
 
 import tiny
 from agent import Policy
-from algorithm import Algorithm, mask_truncated
+from algorithm import Algorithm, mask_episodes
 from batch import Batch, micro_batches, token_logprobs
 from config import load_agent
 from machinery import dist, lora
@@ -155,13 +155,16 @@ def load_models(cfg, accelerator, saved: dict | None):
 
 
 def prepare_batch(learner: Learner, batch: Batch, trajs: list, cfg, tm=None) -> dict:
-    """What the advantages and the loss read besides the rewards: --overlong-filter's mask (no loss
-    on an episode with a reply cut at --max-new-tokens), pi_old recomputed under --mixed-precision,
+    """What the advantages and the loss read besides the rewards: --overlong-filter's and
+    --horizon-filter's masks (no loss on an episode with a reply cut at --max-new-tokens, or on one
+    the horizon ended), pi_old recomputed under --mixed-precision,
     and the reference model's log-probs for the KL term. Returns their stats."""
     policy, stats = learner.policy, {}
     if cfg.overlong_filter:
         cut = [t.truncated > 0 for t in trajs]
-        stats["charts/overlong_masked"] = dist.global_sum(mask_truncated(batch, cut))
+        stats["charts/overlong_masked"] = dist.global_sum(mask_episodes(batch, cut))
+    if cfg.horizon_filter:  # not done: the turns ran out (an environment error ends an episode done)
+        stats["charts/horizon_masked"] = dist.global_sum(mask_episodes(batch, [not t.done for t in trajs]))
     if cfg.mixed_precision != "no" and not pi_old_from_update(cfg, len(trajs)):
         stats.update(recompute_old_logprobs(learner, batch, cfg, tm))
     if cfg.kl_coef:

@@ -34,6 +34,7 @@ its last checkpoint, saved every 2 steps):
     python benchmarks/paper_table.py --env searchqa --rl-lr 5e-4                  # RL's lr, not 1e-4
     python benchmarks/paper_table.py --env textcraft --pick 75    # RL on the goals SFT solves sometimes
     python benchmarks/paper_table.py --env textcraft --disjoint   # RL on goals no demonstration shows
+    python benchmarks/paper_table.py --env sciworld --rl-args "--algo gigpo"   # any train.py flag for RL
     python benchmarks/paper_table.py --table                      # the table from what is in --root
     python benchmarks/paper_table.py --env babyai --model Qwen/Qwen2.5-1.5B-Instruct   # any model, a GPU
 
@@ -347,7 +348,7 @@ def recipe(
         f"--group-size {GROUP} "
         f"--minibatch-size 16 --micro-batch-size 8 --lora-rank 16 --kl-coef 0 --lr {r.get('lr', '1e-4')} "
         f"--train-split {rl_train} {picked} --test-split {val} --eval-episodes {RL_EVAL} "
-        f"--save-every {RL_SAVE_EVERY}{size}"
+        f"--save-every {RL_SAVE_EVERY}{size}{r.get('rl_args', '')}"
     )
     for seed in seeds:
         out = f"{d}/rl_s{seed}"
@@ -671,6 +672,12 @@ def main(argv=None):
         help="the demonstrations (and DAgger's labels) never show a task RL trains on: every third "
         "rl_train task goes to the expert, with the train tasks outside rl_train; RL draws the rest",
     )
+    p.add_argument(
+        "--rl-args",
+        metavar="FLAGS",
+        help="flags added to RL's train.py command, a lever on trial: '--group-size 8 --tasks-per-step 2' "
+        "(groups of 8, the same episodes a step), '--algo gigpo' (per-turn credit), '--horizon-filter true'",
+    )
     p.add_argument("--val-only", action="store_true", help="stop before the test episodes (a lever on trial)")
     p.add_argument(
         "--records",
@@ -727,6 +734,8 @@ def main(argv=None):
             RECIPES[args.env] = dict(RECIPES[args.env], pick=args.pick)
         if args.disjoint:
             RECIPES[args.env] = dict(RECIPES[args.env], disjoint=True)
+        if args.rl_args:
+            RECIPES[args.env] = dict(RECIPES[args.env], rl_args=f" {args.rl_args}")
         seeds = [int(s) for s in args.seeds.split(",") if s]
         STUDY.runs = os.path.join(args.root, args.env)
         if args.records != "none":

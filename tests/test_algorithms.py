@@ -18,7 +18,7 @@ from algorithm import (
     dynamic_sampling,
     informative,
     k3_kl,
-    mask_truncated,
+    mask_episodes,
 )
 from algos import ALGOS
 from batch import Batch
@@ -445,7 +445,7 @@ def test_overlong_filter_gives_a_cut_episode_no_gradient_but_keeps_its_reward_in
     masks = [[O, A, A], [O, A, A], [O, O, A], [O, A, O]]
     b = batch_of(masks, traj=[0, 1, 2, 2], turn=[0, 0, 0, 1], rewards=[1.0, 0.0, 0.5], groups=[0, 0, 0])
     plain = batch_of(masks, traj=[0, 1, 2, 2], turn=[0, 0, 0, 1], rewards=[1.0, 0.0, 0.5], groups=[0, 0, 0])
-    assert mask_truncated(b, [False, True, False]) == 1
+    assert mask_episodes(b, [False, True, False]) == 1
     assert torch.all(b.loss_mask[1] == 0) and torch.equal(b.loss_mask[[0, 2, 3]], plain.loss_mask[[0, 2, 3]])
     grpo.advantages(b, Config())
     grpo.advantages(plain, Config())
@@ -593,6 +593,25 @@ def test_dynamic_sampling_and_the_overlong_filter_act_in_the_training_loop(tmp_p
         assert all(spread) if r["dynamic/groups_kept"] else not any(spread)
         assert r["charts/overlong_masked"] == empty
     assert sum(r["charts/overlong_masked"] for r in rows) > 0  # 2 tokens cut some replies
+
+
+def test_the_horizon_filter_masks_exactly_the_episodes_that_ran_out_of_turns(tmp_path, monkeypatch):
+    """--horizon-filter: each episode the horizon ended (charts/cut_share) reaches the update with no
+    agent token to train, every other episode keeps its tokens, and the count logs."""
+    seen = []
+
+    def advantages(batch, cfg, state=None):
+        seen.append(sum(int(batch.loss_mask[batch.traj == n].sum() == 0) for n in range(len(batch.rewards))))
+        grpo.advantages(batch, cfg, state)
+
+    monkeypatch.setitem(ALGOS, "grpo", Algorithm(advantages, grpo.loss))
+    train(small(tmp_path, rounds="2", steps=3, horizon_filter=True))
+    rows = [json.loads(x) for x in open(tmp_path / "metrics.jsonl")]
+    assert len(rows) == len(seen) == 3
+    for r, empty in zip(rows, seen):
+        episodes = 2 * 2  # tasks_per_step x group_size
+        assert r["charts/horizon_masked"] == empty == round(r["charts/cut_share"] * episodes)
+    assert sum(seen) > 0  # 2 turns cut some episodes
 
 
 def test_ppo_resume_restores_the_critic(tmp_path):

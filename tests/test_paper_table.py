@@ -5,6 +5,7 @@ counted in the trajectories. A recipe skips the stages whose output exists."""
 
 import json
 import os
+import shlex
 import sys
 
 import pytest
@@ -212,11 +213,20 @@ def test_a_lever_is_judged_on_validation_paired_over_tasks_before_any_test_episo
         paper_table, "stage", lambda root, name, command, extra=(), done="": calls.append((name, command))
     )
     monkeypatch.setattr(paper_table, "best_imitation", lambda d, names, metric: names[0])
+    lever = "--group-size 8 --tasks-per-step 2 --horizon-filter true"
     paper_table.main(["--env", "searchqa", "--rl-steps", "24", "--rl-lr", "5e-4", "--seeds", "0,1",
-                      "--val-only", "--root", str(tmp_path)])  # fmt: skip
+                      "--val-only", "--root", str(tmp_path), "--rl-args", lever])  # fmt: skip
     assert [n for n, _ in calls][-4:] == ["rl_s0", "val_rl_s0", "rl_s1", "val_rl_s1"]
     assert "--steps 24 " in dict(calls)["rl_s1"] and "--lr 5e-4 " in dict(calls)["rl_s1"]
     assert "--lr 1e-4 " in dict(calls)["sft"]  # the imitation stages keep theirs
+    # --rl-args reaches RL's command only, and overrides the recipe's own group (argparse: the last wins)
+    import train
+
+    rl = shlex.split(dict(calls)["rl_s1"].split(" --out ")[0])[1:]
+    rl[rl.index("--model") + 1] = "tiny"  # the checkpoint is not there: parse the flags only
+    cfg = train.parse_args(rl)
+    assert (cfg.group_size, cfg.tasks_per_step, cfg.horizon_filter) == (8, 2, True)
+    assert all("--horizon-filter" not in c for n, c in calls if not n.startswith("rl_"))
 
     before, after = tmp_path / "before", tmp_path / "after"
     _eval(before / "babyai" / "val_rl_s0", {1: [1, 0], 2: [0, 0], 3: [1, 1]})
