@@ -38,7 +38,8 @@ uses the k3 loss term like GRPO, so that PPO and GRPO differ only in the advanta
 Also here, shared by every algorithm and each off by default: DAPO's dynamic sampling
 (`dynamic_sampling`: groups whose rewards are all equal carry no signal; roll out more) and its
 overlong filter (`mask_episodes`: an episode with a reply cut at the token limit is left out
-of the loss), the like for an episode the horizon cut (`horizon_filter`), and the discounted return-to-go (`returns_to_go`) REINFORCE++ and GiGPO both use.
+of the loss), the same for an episode the horizon cut (`horizon_filter`), and the discounted
+return-to-go (`returns_to_go`) REINFORCE++ and GiGPO both use.
 """
 
 import dataclasses

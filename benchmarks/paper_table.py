@@ -634,7 +634,8 @@ def table(root: str) -> str:
             f"| {NAMES[env]} ({f['episodes']}{reused}) | {pts(f['expert'])} | {pts(f['base'])} | {imitation} "
             f"| {pts(f['headroom'][0])} -> {pts(f['headroom'][1])} | {rl} | {gain} | {seeds_aware} "
             f"| {self_cell} | {over_self} "
-            f"| {share(f['valid'][0])} -> {share(f['valid'][1])} | {secs or '-'} | {paper} | {f['provenance']} |"
+            f"| {share(f['valid'][0])} -> {share(f['valid'][1])} | {secs or '-'} | {paper} "
+            f"| {f['provenance']} |"
         )
     return head + "\n".join(lines) + "\n"
 

@@ -505,7 +505,8 @@ def test_every_stage_leaves_a_record_and_the_table_comes_from_the_records_alone(
     # with the row's pin, the row says where it ran: revision, CPU, and the recorded stages' hours
     pin = {"revision": "abc1234def", "cpu": "a 2-core CPU"}
     (tmp_path / "records" / "babyai" / "row.json").write_text(json.dumps(pin))
-    (line,) = [x for x in paper_table.table(str(tmp_path / "records")).splitlines() if x.startswith("| BabyAI")]
+    lines = paper_table.table(str(tmp_path / "records")).splitlines()
+    (line,) = [x for x in lines if x.startswith("| BabyAI")]
     assert line.split("|")[-2].strip() == "abc1234, a 2-core CPU, 0.5 h"  # 600 s + 1200 s
 
 
