@@ -700,7 +700,7 @@ def main(argv=None):
     p.add_argument(
         "--table",
         action="store_true",
-        help="print the table from the records (also written to table.md there)",
+        help="print the table from the records (also written to <root>/table.md, beside the runs)",
     )
     p.add_argument(
         "--compare",
