@@ -163,8 +163,9 @@ def prepare_batch(learner: Learner, batch: Batch, trajs: list, cfg, tm=None) -> 
     if cfg.overlong_filter:
         cut = [t.truncated > 0 for t in trajs]
         stats["charts/overlong_masked"] = dist.global_sum(mask_episodes(batch, cut))
-    if cfg.horizon_filter:  # not done: the turns ran out (an environment error ends an episode done)
-        stats["charts/horizon_masked"] = dist.global_sum(mask_episodes(batch, [not t.done for t in trajs]))
+    if cfg.horizon_filter:  # not done and no error: the turns ran out (train.usable drops errors)
+        out_of_turns = [not t.done and not t.error for t in trajs]
+        stats["charts/horizon_masked"] = dist.global_sum(mask_episodes(batch, out_of_turns))
     if cfg.mixed_precision != "no" and not pi_old_from_update(cfg, len(trajs)):
         stats.update(recompute_old_logprobs(learner, batch, cfg, tm))
     if cfg.kl_coef:
