@@ -8,6 +8,7 @@ observations, rewards and done flags in OpenEnv's dialect, this project's and Ag
 action gets the server's message, the same in each."""
 
 import os
+import re
 import shutil
 
 import pytest
@@ -84,16 +85,23 @@ def replay(
     return [(a["observation"], a["reward"], a["done"]) for a in answers]
 
 
+def steady(episode: list) -> list:
+    """An episode with its temperature readings blanked: two fresh ScienceWorld simulators given the
+    same actions can read different temperatures (a thermometer read 52 degrees in one and 49 in
+    the other, at the same step), so readings are not compared; everything else is."""
+    return [(re.sub(r"-?\d+(\.\d+)? degrees", "<n> degrees", o), r, d) for o, r, d in episode]
+
+
 def test_openenvs_client_plays_whole_episodes_to_success_with_the_experts_actions(served):
     name, url = served
     _, index, _, _ = SERVERS[name]
     actions, seen, last = openenv_episode(url, "test", index)
     assert seen[-1][2] is True and last["score"] >= SUCCESS[name], (name, actions, seen[-1])
     task = ENVS[name].splits["test"][index]
-    assert replay(url, task, actions) == seen  # this project's dialect: the same episode
+    assert steady(replay(url, task, actions)) == steady(seen)  # this project's dialect: the same episode
     spec = ENVS[name]  # AgentGym's: its client's keys (`env_idx`; the task as `id` or `idx`)
     if spec.task_key != "idx":
-        assert replay(url, task, actions, spec.instance_key, spec.task_key) == seen
+        assert steady(replay(url, task, actions, spec.instance_key, spec.task_key)) == steady(seen)
 
 
 def test_a_bad_action_gets_the_servers_message_in_every_dialect(served):
