@@ -323,7 +323,7 @@ def expert_rollout(pool: EnvPool, spec: EnvSpec, tasks: list[int], horizon: int,
                 tr.frames.append(r.get("frame", ""))
                 tr.error = r.get("error", "")
                 if r.get("done") or r.get("error"):
-                    tr.done = bool(r.get("done")) and not r.get("error")
+                    tr.done = bool(r.get("done"))  # as the env said, as in agent.py's rollouts
                     continue
                 tr.messages.append({"role": "user", "content": r.get("observation", "")})
                 still.append(i)
