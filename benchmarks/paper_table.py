@@ -35,6 +35,7 @@ its last checkpoint, saved every 2 steps):
     python benchmarks/paper_table.py --env textcraft --pick 75    # RL on the goals SFT solves sometimes
     python benchmarks/paper_table.py --env textcraft --disjoint   # RL on goals no demonstration shows
     python benchmarks/paper_table.py --env sciworld --rl-args "--algo gigpo"   # any train.py flag for RL
+    python benchmarks/paper_table.py --env searchqa --rl-from self   # RL from the self-training checkpoint
     python benchmarks/paper_table.py --table                      # the table from what is in --root
     python benchmarks/paper_table.py --env babyai --model Qwen/Qwen2.5-1.5B-Instruct   # any model, a GPU
 
@@ -341,9 +342,36 @@ def recipe(
         rl_tasks = informative(os.path.join(d, f"pick_{best}"))
     picked = f"--train-task-ids {ids_of(rl_tasks)}" if r.get("disjoint") or r.get("pick") else ""
     steps = r.get("steps", 8)
+
+    def self_training() -> list[str]:
+        """Self-training, RL's cheapest rival: SFT on the best imitation checkpoint's own successes on
+        RL's tasks, as many sampled episodes as one RL run; a second round from the first's checkpoint.
+        The rounds that trained, in order."""
+        selfs, start, n = [], best, steps * TASKS_PER_STEP  # n tasks x GROUP samples: an RL run's episodes
+        for k in range(1, SELF_ROUNDS + 1):
+            ids = ids_of(rl_tasks[((k - 1) * n + j) % len(rl_tasks)] for j in range(n))
+            own = f"--task-ids {ids} --n-samples {GROUP} --seed {k + 1} --horizon {turns}"
+            policy, data = f"{d}/{start}/checkpoint", f"{d}/self{k}_policy"
+            rollouts = f"eval.py --model {policy} --env {env} {own} --parallel {inflight} {FREE} --out {data}"
+            stage(d, f"self{k}_policy", rollouts, extra)
+            rolled = summary_of(d, f"self{k}_policy")
+            if rolled and not rolled["success_rate"]:  # no success of its own to learn from
+                break
+            own_successes = f"--data {data}/trajectories.jsonl --out {d}/self{k}"
+            sft_own = f"sft.py --model {policy} --env {env} --epochs 1 {sft} {own_successes}"
+            stage(d, f"self{k}", sft_own, extra)
+            evaluate(f"val_self{k}", f"{d}/self{k}/checkpoint", val, r["val"])
+            selfs.append(f"self{k}")
+            start = f"self{k}"
+        return selfs
+
+    rl_from, selfs = best, None  # RL starts from the best imitation checkpoint, or (--rl-from self)
+    if r.get("rl_from") == "self":  # from the self-training round chosen on validation: a lever
+        selfs = self_training()
+        rl_from = best_imitation(d, selfs, metric_of(env)) if selfs else best
     per_stage = steps // len(r["rounds"].split(","))  # ScalingInter-RL's stages share the steps evenly
     rl = (
-        f"train.py --model {d}/{best}/checkpoint --env {env} {FREE} --rounds {r['rounds']} "
+        f"train.py --model {d}/{rl_from}/checkpoint --env {env} {FREE} --rounds {r['rounds']} "
         f"--steps-per-stage {per_stage} --steps {steps} --tasks-per-step {TASKS_PER_STEP} "
         f"--group-size {GROUP} "
         f"--minibatch-size 16 --micro-batch-size 8 --lora-rank 16 --kl-coef 0 --lr {r.get('lr', '1e-4')} "
@@ -354,24 +382,10 @@ def recipe(
         out = f"{d}/rl_s{seed}"
         stage(d, f"rl_s{seed}", f"{rl} --seed {seed} --out {out}{resume_flag(out)}", extra)
         evaluate(f"val_rl_s{seed}", f"{d}/rl_s{seed}/checkpoint", val, (r["val"][0], RL_VAL_SAMPLES))
-    if val_only:  # a lever's trial on RL: no test episodes, no self-training
+    if val_only:  # a lever's trial on RL: no test episodes (no self-training unless RL starts from it)
         return
-    # self-training, RL's cheapest rival: SFT on the best imitation checkpoint's own successes on RL's
-    # tasks, as many sampled episodes as one RL run; a second round from the first's checkpoint
-    selfs, start, n = [], best, steps * TASKS_PER_STEP  # n tasks x GROUP samples: an RL run's episodes
-    for k in range(1, SELF_ROUNDS + 1):
-        ids = ids_of(rl_tasks[((k - 1) * n + j) % len(rl_tasks)] for j in range(n))
-        own = f"--task-ids {ids} --n-samples {GROUP} --seed {k + 1} --horizon {turns} --parallel {inflight}"
-        policy, data = f"{d}/{start}/checkpoint", f"{d}/self{k}_policy"
-        stage(d, f"self{k}_policy", f"eval.py --model {policy} --env {env} {own} {FREE} --out {data}", extra)
-        rolled = summary_of(d, f"self{k}_policy")
-        if rolled and not rolled["success_rate"]:  # no success of its own to learn from
-            break
-        own_successes = f"--data {data}/trajectories.jsonl --out {d}/self{k}"
-        stage(d, f"self{k}", f"sft.py --model {policy} --env {env} --epochs 1 {sft} {own_successes}", extra)
-        evaluate(f"val_self{k}", f"{d}/self{k}/checkpoint", val, r["val"])
-        selfs.append(f"self{k}")
-        start = f"self{k}"
+    if selfs is None:
+        selfs = self_training()
     # the test episodes, once per checkpoint, the same for all of them; the base model last (it
     # rarely ends an episode, so it takes longest): a row stopped midway has its comparison first
     chosen = [best_imitation(d, selfs, metric_of(env))] if selfs else []  # self-training's, on validation
@@ -679,6 +693,13 @@ def main(argv=None):
         help="flags added to RL's train.py command, a lever on trial: '--group-size 8 --tasks-per-step 2' "
         "(groups of 8, the same episodes a step), '--algo gigpo' (per-turn credit), '--horizon-filter true'",
     )
+    p.add_argument(
+        "--rl-from",
+        choices=("best", "self"),
+        default="best",
+        help="RL's start: the best imitation checkpoint (the recipe), or the self-training round chosen on "
+        "validation (a lever: self-training runs first, with --val-only too)",
+    )
     p.add_argument("--val-only", action="store_true", help="stop before the test episodes (a lever on trial)")
     p.add_argument(
         "--records",
@@ -737,6 +758,8 @@ def main(argv=None):
             RECIPES[args.env] = dict(RECIPES[args.env], disjoint=True)
         if args.rl_args:
             RECIPES[args.env] = dict(RECIPES[args.env], rl_args=f" {args.rl_args}")
+        if args.rl_from == "self":
+            RECIPES[args.env] = dict(RECIPES[args.env], rl_from="self")
         seeds = [int(s) for s in args.seeds.split(",") if s]
         STUDY.runs = os.path.join(args.root, args.env)
         if args.records != "none":

@@ -439,6 +439,41 @@ def test_self_training_learns_from_the_baselines_own_successes_on_rls_tasks_with
     assert "self1_policy" in dict(calls) and not {"self1", "self2_policy", "test_self1"} & dict(calls).keys()
 
 
+def test_rl_from_self_training_starts_from_the_round_chosen_on_validation_even_on_a_lever_trial(
+    tmp_path, monkeypatch
+):
+    """--rl-from self (a lever): self-training runs before RL, also with --val-only, and every RL seed
+    starts from the self-training round that scores best on validation, not from the imitation
+    checkpoint; without it, RL starts from the imitation checkpoint and self-training follows RL."""
+    import paper_table
+
+    calls, recipe = [], paper_table.RECIPES["searchqa"]
+    monkeypatch.setattr(
+        paper_table, "stage", lambda root, name, command, extra=(), done="": calls.append((name, command))
+    )
+    monkeypatch.setattr(paper_table, "RECIPES", dict(paper_table.RECIPES))  # main() sets this run's recipe
+    d = tmp_path / "searchqa"
+    _eval(d / "val_sft", {1: [1, 0], 2: [0, 0]})
+    _eval(d / "val_self1", {1: [0, 0], 2: [0, 0]})
+    _eval(d / "val_self2", {1: [1, 1], 2: [1, 0]})  # the better round
+    _eval(d / "self1_policy", {1: [1, 0]})
+    paper_table.main(["--env", "searchqa", "--seeds", "0,1", "--val-only", "--rl-from", "self",
+                      "--root", str(tmp_path), "--records", "none"])  # fmt: skip
+    names = [n for n, _ in calls]
+    assert names.index("val_self2") < names.index("rl_s0")
+    assert names[-4:] == ["rl_s0", "val_rl_s0", "rl_s1", "val_rl_s1"]
+    for seed in (0, 1):
+        assert f"train.py --model {d}/self2/checkpoint " in dict(calls)[f"rl_s{seed}"]
+    assert f"--model {d}/sft/checkpoint " in dict(calls)["self1_policy"]  # self-training's own start
+
+    calls.clear()
+    paper_table.RECIPES["searchqa"] = recipe
+    paper_table.main(["--env", "searchqa", "--seeds", "0", "--root", str(tmp_path), "--records", "none"])
+    names = [n for n, _ in calls]
+    assert f"train.py --model {d}/sft/checkpoint " in dict(calls)["rl_s0"]
+    assert names.index("val_rl_s0") < names.index("self1_policy") < names.index("test_self2")
+
+
 def test_the_table_gives_self_training_chosen_on_validation_and_rl_minus_it_paired(tmp_path):
     """Two self-training rounds: the better on validation (self2) is the column's, and RL minus it is
     paired over the test tasks (RL averaged over seeds per task), its ± counting the seeds."""
