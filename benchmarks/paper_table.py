@@ -368,7 +368,9 @@ def recipe(
     rl_from, selfs = best, None  # RL starts from the best imitation checkpoint, or (--rl-from self)
     if r.get("rl_from") == "self":  # from the self-training round chosen on validation: a lever
         selfs = self_training()
-        rl_from = best_imitation(d, selfs, metric_of(env)) if selfs else best
+        if not selfs:
+            raise SystemExit(f"{d}: --rl-from self, but self-training found no success to train on")
+        rl_from = best_imitation(d, selfs, metric_of(env))
     per_stage = steps // len(r["rounds"].split(","))  # ScalingInter-RL's stages share the steps evenly
     rl = (
         f"train.py --model {d}/{rl_from}/checkpoint --env {env} {FREE} --rounds {r['rounds']} "

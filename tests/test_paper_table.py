@@ -444,7 +444,8 @@ def test_rl_from_self_training_starts_from_the_round_chosen_on_validation_even_o
 ):
     """--rl-from self (a lever): self-training runs before RL, also with --val-only, and every RL seed
     starts from the self-training round that scores best on validation, not from the imitation
-    checkpoint; without it, RL starts from the imitation checkpoint and self-training follows RL."""
+    checkpoint (no round trained: the lever stops); without it, RL starts from the imitation
+    checkpoint and self-training follows RL."""
     import paper_table
 
     calls, recipe = [], paper_table.RECIPES["searchqa"]
@@ -465,6 +466,11 @@ def test_rl_from_self_training_starts_from_the_round_chosen_on_validation_even_o
     for seed in (0, 1):
         assert f"train.py --model {d}/self2/checkpoint " in dict(calls)[f"rl_s{seed}"]
     assert f"--model {d}/sft/checkpoint " in dict(calls)["self1_policy"]  # self-training's own start
+    no_success = tmp_path / "none"
+    _eval(no_success / "searchqa" / "self1_policy", {1: [0, 0]})  # no self-training: not this lever
+    with pytest.raises(SystemExit, match="no success"):
+        paper_table.main(["--env", "searchqa", "--val-only", "--rl-from", "self", "--root", str(no_success),
+                          "--records", "none"])  # fmt: skip
 
     calls.clear()
     paper_table.RECIPES["searchqa"] = recipe
