@@ -27,6 +27,7 @@ import torch
 class Case:
     what: str  # what this case tests, in plain words
     inputs: dict  # keyword arguments of the function
+    needs: str = ""  # a package the case cannot run without (problem 10's OpenEnv server: openenv)
 
 
 @dataclass

@@ -15,6 +15,7 @@ counts the rest. Exit code 0: every case agrees.
 import argparse
 import dataclasses
 import importlib
+import importlib.util
 import json
 import os
 import sys
@@ -26,6 +27,8 @@ from exercises.compare import difference, show
 
 MAX_SHOWN = 3  # failing cases printed in full; the rest are counted
 NOT_WRITTEN = "is not written yet"
+NOT_CHECKED = "not checked"
+INSTALL = {"openenv": "pip install --no-deps --only-binary=:all: -r requirements-openenv.txt"}
 OUT = "runs/exercise_2"  # where --train writes its run
 
 
@@ -42,8 +45,12 @@ def failures(n: int, fn=None) -> list[str]:
     fn = fn or student_function(n)
     out = []
     for k, case in enumerate(problem.cases(), 1):
-        expected = problem.run(problem.reference, case.inputs)
         head = f"case {k} ({case.what})"
+        if case.needs and importlib.util.find_spec(case.needs) is None:
+            # a failure, not a pass: with neither side able to run, both would answer alike
+            out.append(f"{head}: {NOT_CHECKED}: it needs the {case.needs} package ({INSTALL[case.needs]})")
+            continue
+        expected = problem.run(problem.reference, case.inputs)
         try:
             got = problem.run(fn, case.inputs)
         except NotImplementedError:

@@ -22,8 +22,8 @@ ANSWER_KEYS = {"observation": str, "reward": (int, float), "done": bool, "availa
 def env_cases() -> list:
     from exercises.cases import Case  # (cases.py imports this file)
 
-    case = lambda what, prop, tasks, actions: Case(  # noqa: E731
-        what, dict(property=prop, tasks=tasks, actions=actions, max_steps=MAX_STEPS)
+    case = lambda what, prop, tasks, actions, needs="": Case(  # noqa: E731
+        what, dict(property=prop, tasks=tasks, actions=actions, max_steps=MAX_STEPS), needs
     )
     return game_cases(case) + served_cases(case)
 
@@ -95,6 +95,7 @@ def served_cases(case) -> list:
             "openenv",
             [2, 6],
             "each task's expert's, the two sessions stepped in turn",
+            needs="openenv",
         ),
         case(
             "OpenEnv's server (openenv_app()) holds 200 sessions at once (eval.py opens one per test "
@@ -102,6 +103,7 @@ def served_cases(case) -> list:
             "sessions",
             list(range(10_000, 10_200)),
             "none: a reset per session, all sessions open",
+            needs="openenv",
         ),
     ]
 
