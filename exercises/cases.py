@@ -599,7 +599,7 @@ def _environment_problems() -> dict[int, Problem]:
             "Game",
             "servers/babyai.py, BabyAIText and its app",
             find_it,
-            env_cases.env_cases,
+            functools.partial(env_cases.env_cases, Case),  # (handed Case: env_cases.py imports nothing here)
             env_cases.judge,
             whole=True,
         )
