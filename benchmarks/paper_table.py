@@ -97,7 +97,7 @@ FREE = "--mask-actions off --context-turns 0 --max-new-tokens 64"
 # SciWorld's whole tasks need 20-30 gold actions: its row is the easier slice of its four find-*
 # tasks (envs/tasks.py's find-*). TextCraft's RL draws depth-1 goals (its train split is mostly depth 2-4,
 # which 5 turns cannot craft: every group failed alike, no signal) and so do its DAgger rounds (a
-# third round on the next, deeper train goals taught nothing: docs/sft.md). WebArena has 35
+# third round on the next, deeper train goals taught nothing: docs/studies/sft.md). WebArena has 35
 # offline tasks in all (7 validate, 7 test): its evaluations cannot reach 100 distinct episodes, so
 # its test takes 15 samples a task (105 episodes; validation 8, for the pass@8 every row reports).
 # The test sizes below were fixed before any episode on them, to tell a gain of 10 points from one
