@@ -31,44 +31,26 @@ checkpoint, and `--resume` continues where the checkpoint stopped (machinery/che
 """
 
 import gc
-import json
-import math
-import os
 import random
 import time
 from dataclasses import dataclass
 
-import numpy as np
-import torch
-from accelerate import Accelerator
 from tqdm import tqdm
 
-import view
 from agent import rollout
 from algorithm import dynamic_sampling
 from algos import ALGOS
 from algos import Settings as AlgorithmSettings
 from batch import Batch, make_batch
-from config import AgentConfig, check_split, flag, parse, resolve_device, resolve_precision, set_threads
-from diagnostics.credit import token_rows, turn_credit, watch_ratios
-from diagnostics.probe import collect_states, probe_tasks
-from envs import ENVS, EnvPool, EnvSpec, close_pool, env_spec, open_pool, server_url
-from eval import check_task_ids, evaluate_in_training, parse_task_ids, write_trajectories
+from config import AgentConfig, check_split, flag, parse
+from envs import ENVS
+from eval import check_task_ids, parse_task_ids
+from loop import watch
+from loop.run import Run, session, skip_failed_step
 from machinery import dist, signals
-from machinery.checkpoint import (
-    check_checkpoint,
-    checkpoint_folder,
-    previous_outputs,
-    restore_rng,
-    save_checkpoint,
-)
-from machinery.metrics import log_metrics, plot_curves, progress, step_metrics, tensorboard
-from machinery.rng import seed_everything
-from machinery.timing import profile_row, timed
-from scaling_inter import ScheduleConfig, from_config
-from update import Learner, UpdateConfig, load_learner, prepare_batch, print_on_policy_gap, update
-
-MAX_FAILED_STEPS = 3  # consecutive steps whose every episode hit an environment error: give up
+from machinery.checkpoint import check_checkpoint
+from scaling_inter import ScheduleConfig
+from update import UpdateConfig, load_learner, prepare_batch, update
 
 
 @dataclass
@@ -129,12 +111,8 @@ class Config(AgentConfig, UpdateConfig, ScheduleConfig, AlgorithmSettings, signa
         check_split(self.env, "test_split", self.test_split)
         if self.train_task_ids:
             ids = set(parse_task_ids(self.train_task_ids))
-            # held out: --test-split and every other val or test split (openenv: read at start-up)
-            splits = ENVS[self.env].splits if self.env in ENVS else {}
-            held_out = [self.test_split] + [n for n in splits if {"val", "test"} & set(n.split("-"))]
-            for name in dict.fromkeys(held_out):
-                if seen := sorted(ids & set(splits.get(name, ()))):
-                    raise ValueError(f"--train-task-ids: {seen[:5]} are in the held-out split {name}")
+            if self.env in ENVS:  # (openenv's splits are known once its server is asked: setup checks)
+                check_held_out(self, ENVS[self.env].splits)
             if len(ids) < self.tasks_per_step:
                 raise ValueError(
                     f"--train-task-ids: {len(ids)} tasks, fewer than --tasks-per-step {self.tasks_per_step}"
@@ -150,166 +128,65 @@ class Config(AgentConfig, UpdateConfig, ScheduleConfig, AlgorithmSettings, signa
                 f"it needs at least {ALGOS[self.algo].min_group_size}"
             )
 
+    def check_splits(self, splits: dict[str, list[int]]) -> None:
+        """`check_held_out` against the environment's splits (loop/run.py's setup: openenv's)."""
+        check_held_out(self, splits)
+
+
+def check_held_out(cfg: Config, splits: dict[str, list[int]]) -> None:
+    """--train-task-ids: none in --test-split or any other val or test split of `splits`."""
+    ids = set(parse_task_ids(cfg.train_task_ids))
+    held_out = [cfg.test_split] + [n for n in splits if {"val", "validation", "test"} & set(n.split("-"))]
+    for name in dict.fromkeys(held_out):
+        if seen := sorted(ids & set(splits.get(name, ()))):
+            raise ValueError(f"--train-task-ids: {seen[:5]} are in the held-out split {name}")
+
 
 def parse_args(argv=None) -> Config:
     return parse(Config, argv, description=__doc__.split("\n")[0])
 
 
 def train(cfg: Config, profile: list[dict] | None = None) -> dict:
-    """Run the loop: the five steps of this file's docstring, one step at a time. Set-up and
-    --resume are `setup`'s, the evaluations before, during and after training eval.py's.
+    """Run the loop: the five steps of this file's docstring, one step at a time. Set-up, --resume
+    and the files at the end are loop/run.py's; what watches each step (the evaluations before,
+    during and after training, timing, metrics, signals, alarms, checkpoints) is loop/watch.py's.
     `profile`: append, per step, a dict of seconds per part of the step (machinery/timing.py;
     benchmarks/rollout_profile.py prints it)."""
-    run = setup(cfg)
-    learner = run.learner
-    try:
-        if run.start == 1:
-            evaluate_in_training(run, "before")
-        bar = tqdm(range(run.start, cfg.steps + 1), desc=f"{cfg.algo} on {cfg.env}", initial=run.start - 1,
-                   total=cfg.steps, disable=not run.main)  # fmt: skip
-        for step in bar:
-            t0, tm = time.time(), ({} if profile is not None else None)  # tm: this step's sections
+    with session(cfg, load_learner) as run:
+        learner = run.learner
+        for step in watch.steps(run, profile):
             # 1. horizon: the ScalingInter-RL stage of this step (the adaptive schedule reads the history)
             horizon = run.schedule.horizon(step, run.history)
             # 2. rollout: tasks_per_step tasks x group_size samples, at most `horizon` turns each
-            episodes, trajs, extra = collect(run, step, horizon, tm)
-            t_roll = time.time() - t0
-            if skip_failed_step(run, step, horizon, trajs, extra["charts/env_errors"]):
+            episodes, trajs = collect(run, step, horizon)
+            if skip_failed_step(run, step, horizon, trajs):
                 continue
             # 3. advantages from the outcome rewards (pi_old and the reference's log-probs first)
-            with timed(tm, "make_batch"):
-                batch = make_batch(trajs, learner.policy.tokenizer.pad_token_id)
-            t_update = time.time()
-            extra.update(prepare_batch(learner, batch, trajs, cfg, tm))
-            with timed(tm, "advantages"), learner.accelerator.autocast():  # an algorithm's own model reads it
-                learner.algo.advantages(batch, cfg, learner.state)
+            batch = advantages(run, trajs)
             # 4. update: `epochs` passes of clipped-ratio steps over minibatches
-            learner.policy.model.train()
-            seen = {} if saves_rollouts(cfg, step) else None  # each row's ratios at the update (report)
-            stats = update(learner.forward, batch, len(trajs), watch_ratios(learner.algo, seen), cfg,
-                           learner.state, learner.accelerator, learner.trained, tm)  # fmt: skip
-            if step == run.start and run.main:  # before any optimizer step the ratio must be 1
-                print_on_policy_gap(stats)
-            signals.check_finite(learner.policy.model, step)  # NaN weights stop the run here, never saved
+            stats = update(learner.forward, batch, len(trajs), watch.ratios(run, step), cfg, learner.state,
+                           learner.accelerator, learner.trained, run.clock.sections)  # fmt: skip
             # 5. log (with the step's signals, alarms and periodic evaluation), checkpoint
-            times, st = (t0, t_roll, t_update), {**stats, **extra}
-            m = step_metrics(step, horizon, trajs, batch, st, times, cfg.epochs, run.device)
-            m.update(signals.step_signals(dist.gather(signals.episode_facts(episodes)), batch))
-            m.update(evaluate_in_training(run, "step", step))
-            fired = log_step(run, m, episodes, batch, trajs, seen)
-            bar.set_postfix(**progress(m, fired))
-            if step % cfg.save_every == 0 or step == cfg.steps:
-                with timed(tm, "checkpoint"):
-                    save_checkpoint(cfg, learner, step)
-            if profile is not None:
-                profile.append(profile_row(step, horizon, len(trajs), batch, t0, tm))
-            if fired and cfg.stop_on_alarm:  # an alarm stops the run only when asked to
-                if run.main:
-                    tqdm.write(f"stopping after step {step}: --stop-on-alarm ({', '.join(fired)})")
-                break
-        evaluate_in_training(run, "after")
-    finally:
-        close_pool(run.pool)
-        if run.writer:
-            run.writer.close()
-        gc.unfreeze()  # (setup froze them: a caller that trains again may then free this run's objects)
-    finish(run)
+            watch.after_update(run, step, horizon, episodes, trajs, batch, stats)
     return run.summary
 
 
-@dataclass
-class Run:
-    """What the loop works with, built once by `setup`."""
-
-    cfg: Config
-    learner: Learner  # the policy, its optimizer and reference, the algorithm and its state (update.py)
-    device: str  # cpu or cuda
-    spec: EnvSpec
-    schedule: object  # scaling_inter's staged or adaptive schedule: .horizon(step, history)
-    pool: EnvPool
-    train_tasks: list[int]
-    test_tasks: list[int]  # the first --eval-episodes of the test split
-    eval_horizon: int
-    probe: list  # the binding probe's states (diagnostics/probe.py); empty: no probe
-    start: int  # the first step to run (after --resume: the checkpoint's + 1)
-    history: list[dict]  # the logged steps so far: the adaptive schedule replays its decisions from them
-    summary: dict  # what <out>/summary.json will hold
-    writer: object  # TensorBoard's SummaryWriter, or None
-    main: bool  # with N processes (machinery/dist.py) only the main one writes files
-    failed_steps: int = 0  # consecutive steps with no usable episode
-
-
-def setup(cfg: Config) -> Run:
-    """Seeds, the policy, its reference and optimizer, the algorithm's state, the environments and
-    the output folder, in an order a --seed reproduces; with --resume, all of it as the checkpoint
-    left it (its step, RNG streams, optimizer and algorithm state; metrics.jsonl trimmed back)."""
-    seed_everything(cfg.seed)  # python's `random`, which picks the tasks, is the same on every process
-    schedule, device = from_config(cfg), resolve_device(cfg.device)
-    set_threads(cfg, device)
-    cfg.mixed_precision = resolve_precision(cfg.mixed_precision, cfg.model, device)
-    accelerator = Accelerator(mixed_precision=cfg.mixed_precision, cpu=device == "cpu")
-    url = server_url(cfg.url, dist.rank())  # a dead --url is a clear error before anything else runs
-    spec = env_spec(cfg.env, url, cfg.train_split, cfg.test_split)  # (openenv: read from its server)
-    os.makedirs(cfg.out, exist_ok=True)
-    main = accelerator.is_main_process
-    if cfg.tasks_per_step < dist.world():
-        raise ValueError(
-            f"--tasks-per-step {cfg.tasks_per_step} < {dist.world()} processes: some would have no task"
-        )
-    torch.manual_seed(dist.process_seed(cfg.seed))  # each process samples its own replies
-    np.random.seed(dist.process_seed(cfg.seed))
-
-    if cfg.resume:
-        cfg.resume = checkpoint_folder(cfg.resume)
-    saved = torch.load(os.path.join(cfg.resume, "state.pt"), weights_only=False) if cfg.resume else None
-    learner = load_learner(cfg, ALGOS[cfg.algo], accelerator, saved)
-    start = restore_rng(saved, cfg.resume) if saved else 1
-
-    n_eval = min(cfg.eval_episodes, len(spec.splits[cfg.test_split]))
-    # this process's environments: its own local server (on a free port), or its share of --url's list
-    my_tasks = len(dist.shard(list(range(cfg.tasks_per_step))))
-    size = max(my_tasks * cfg.group_size, math.ceil(n_eval * cfg.eval_samples / dist.world()))
-    log_path = os.path.join(cfg.out, "server.log" if main else f"server.{dist.rank()}.log")
-    pool = open_pool(cfg.env, size=size, url=url, log_path=log_path)
-    summary, history = previous_outputs(cfg, saved, start, main)
-    probed = cfg.probe_every and cfg.env == "babyai"
-    gc.freeze()  # the imports' and the models' objects live on: full collections skip them (0.6 s)
-    return Run(
-        cfg=cfg,
-        learner=learner,
-        device=device,
-        spec=spec,
-        schedule=schedule,
-        pool=pool,
-        train_tasks=parse_task_ids(cfg.train_task_ids)
-        if cfg.train_task_ids
-        else spec.splits[cfg.train_split],
-        test_tasks=spec.splits[cfg.test_split][:n_eval],
-        eval_horizon=cfg.eval_horizon or schedule.rounds[-1],
-        probe=collect_states(pool, probe_tasks(cfg.probe_states)) if probed else [],
-        start=start,
-        history=history,
-        summary=summary,
-        writer=tensorboard(cfg.out) if main else None,
-        main=main,
-    )
-
-
-def collect(run: Run, step: int, horizon: int, tm=None) -> tuple[list, list, dict]:
+def collect(run: Run, step: int, horizon: int) -> tuple[list, list]:
     """Step 2: this process's rollouts of the step's groups. Returns every episode (all are saved and
-    watched), the trajectories the update learns from (no environment error; with
-    --dynamic-sampling, the groups with a reward spread) and their stats."""
+    watched) and the trajectories the update learns from (no environment error; with
+    --dynamic-sampling, the groups with a reward spread); their stats go to run.facts."""
     run.learner.policy.model.eval()
-    episodes = roll_groups(run, horizon, tm)
+    episodes = roll_groups(run, horizon)
     trajs = usable(episodes, step)
-    extra = {"charts/env_errors": dist.global_sum(len(episodes) - len(trajs))}  # left out of the update
+    run.facts["charts/env_errors"] = dist.global_sum(len(episodes) - len(trajs))  # left out of the update
     if run.cfg.dynamic_sampling:  # DAPO (algorithm.py): groups with no reward spread out, fresh groups in
-        trajs, more = refill(run, trajs, step, horizon, tm)
-        extra.update(more)
-    return episodes, trajs, extra
+        trajs, more = refill(run, trajs, step, horizon)
+        run.facts.update(more)
+    run.clock.rolled = time.time()
+    return episodes, trajs
 
 
-def roll_groups(run: Run, horizon: int, tm=None, round_: int = 0) -> list:
+def roll_groups(run: Run, horizon: int, round_: int = 0) -> list:
     """Draw tasks_per_step train tasks (the same on every process) and roll out each group_size
     times, at most `horizon` turns: this process's share, whole groups, numbered from round_ *
     tasks_per_step (dynamic sampling's later rounds get new group ids)."""
@@ -317,24 +194,25 @@ def roll_groups(run: Run, horizon: int, tm=None, round_: int = 0) -> list:
     tasks = random.sample(run.train_tasks, cfg.tasks_per_step)
     mine = [g for g in dist.shard(list(range(len(tasks)))) for _ in range(cfg.group_size)]  # whole groups
     # in the update's precision (--mixed-precision): bf16 activations and KV cache
-    with timed(tm, "rollout"), dist.full_weights(run.learner.forward), run.learner.accelerator.autocast():
+    learner = run.learner
+    with run.clock.part("rollout"), dist.full_weights(learner.forward), learner.accelerator.autocast():
         return rollout(
-            run.learner.policy,
+            learner.policy,
             run.pool,
             run.spec,
             [tasks[g] for g in mine],
             horizon,
             groups=[round_ * cfg.tasks_per_step + g for g in mine],
             batch_size=cfg.generation_batch_size,
-            timings=tm,
+            timings=run.clock.sections,
         )
 
 
-def refill(run: Run, trajs: list, step: int, horizon: int, tm=None) -> tuple[list, dict]:
+def refill(run: Run, trajs: list, step: int, horizon: int) -> tuple[list, dict]:
     """--dynamic-sampling: `algorithm.dynamic_sampling` over this process's share of the groups,
     more rounds of `roll_groups` refilling it. Returns (trajectories to train on, stats)."""
     want = len(dist.shard(list(range(run.cfg.tasks_per_step))))
-    more = lambda r: usable(roll_groups(run, horizon, tm, r), step)
+    more = lambda r: usable(roll_groups(run, horizon, r), step)
     return dynamic_sampling(trajs, more, want, run.cfg.dynamic_max_rounds, horizon)
 
 
@@ -352,68 +230,19 @@ def usable(trajs: list, step: int) -> list:
     return ok
 
 
-def skip_failed_step(run: Run, step: int, horizon: int, trajs: list, n_errors: int) -> bool:
-    """Whether the step has nothing to learn from: the processes update together, so one with no
-    usable episode skips the step for all (the pool restarts a crashed server meanwhile). Such a
-    step is logged with its error count; MAX_FAILED_STEPS of them in a row stop the run."""
-    skip = dist.global_max(int(not trajs))
-    run.failed_steps = run.failed_steps + 1 if skip else 0
-    if run.failed_steps >= MAX_FAILED_STEPS:
-        raise RuntimeError(
-            f"every episode of the last {run.failed_steps} steps ended in an environment "
-            f"error; is the environment server at {run.pool.url} working?"
-        )
-    if skip:
-        run.history.append({"step": step, "horizon": horizon, "charts/env_errors": n_errors})
-        if run.main:
-            log_metrics(os.path.join(run.cfg.out, "metrics.jsonl"), run.writer, run.history[-1])
-    return bool(skip)
-
-
-def saves_rollouts(cfg: Config, step: int) -> bool:
-    return bool(cfg.save_rollouts_every) and step % cfg.save_rollouts_every == 0
-
-
-def log_step(
-    run: Run, m: dict, episodes: list, batch: Batch, trajs: list, seen: dict | None = None
-) -> list[str]:
-    """Append the step's metrics to the history, metrics.jsonl and TensorBoard, with the alarms
-    that hold at this step (machinery/signals.py: `alarm/<name>` = 1, and one console line the
-    first time each fires); every --save-rollouts-every steps write its episodes to
-    <out>/rollouts/step_N.jsonl, each turn of the batch's trajectories `trajs` (those of them
-    that are among `episodes`, the step's first rollouts) with the credit the update gave it and
-    each token of its rows (credit.token_rows; `seen`: the rows' ratios at the update). Returns the
-    alarms."""
-    cfg, step = run.cfg, m["step"]
-    run.history.append(m)
-    fired = signals.check(run.history, cfg)
-    m.update({f"alarm/{name}": 1.0 for name in fired})
-    for name in fired:
-        if run.main and not any(r.get(f"alarm/{name}") for r in run.history[:-1]):  # its first time
-            tqdm.write(signals.describe(name, run.history))
-    if run.main:
-        log_metrics(os.path.join(cfg.out, "metrics.jsonl"), run.writer, m)
-    if saves_rollouts(cfg, step):
-        tokens = token_rows(batch, run.learner.policy.tokenizer, seen, cfg)
-        for t, credit, rows in zip(trajs, turn_credit(batch, cfg.algo, run.learner.algo), tokens):
-            # per turn, the advantage this update gave it; per token, what the inspector shows (trajs' order)
-            t.credit = {**credit, **rows}
-        episodes = dist.gather(episodes)  # in task order
-        if run.main:
-            path = os.path.join(cfg.out, "rollouts", f"step_{step:06d}.jsonl")
-            write_trajectories(path, episodes, step=step)
-    return fired
-
-
-def finish(run: Run) -> None:
-    """The main process writes <out>/summary.json, curves.png and report.html; no process returns
-    before they are written."""
-    if run.main:
-        with open(os.path.join(run.cfg.out, "summary.json"), "w") as f:
-            json.dump(run.summary, f, indent=2)
-        plot_curves(os.path.join(run.cfg.out, "metrics.jsonl"), os.path.join(run.cfg.out, "curves.png"))
-        print("report:", view.write_report([run.cfg.out], os.path.join(run.cfg.out, "report.html")))
-    dist.barrier()
+def advantages(run: Run, trajs: list) -> Batch:
+    """Step 3: the trajectories as one batch of token rows, each with its loss mask (batch.py), what
+    the loss compares against (update.prepare_batch: the masks of --overlong-filter and
+    --horizon-filter, pi_old under --mixed-precision, the reference's log-probs for the KL term),
+    and the algorithm's advantages from the outcome rewards, in batch.advantages."""
+    learner, cfg = run.learner, run.cfg
+    with run.clock.part("make_batch"):
+        batch = make_batch(trajs, learner.policy.tokenizer.pad_token_id)
+    run.clock.update_from = time.time()
+    run.facts.update(prepare_batch(learner, batch, trajs, cfg, run.clock.sections))
+    with run.clock.part("advantages"), learner.accelerator.autocast():  # an algorithm's own model reads it
+        learner.algo.advantages(batch, cfg, learner.state)
+    return batch
 
 
 if __name__ == "__main__":
