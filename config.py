@@ -83,7 +83,7 @@ class AgentConfig:
     """turns of history the agent sees, 0: the whole conversation; auto: 1 for tiny, 0 for real models"""
     threads: int = flag(0, at_least=0)
     """torch CPU threads; 0: for the tiny policy on a CPU one per idle core, at most 2; every core for a
-    real model or a GPU (set_threads; on a busy machine 1 is faster: docs/speed_smollm2.md)"""
+    real model or a GPU (set_threads; on a busy machine 1 is faster: docs/studies/speed_smollm2.md)"""
     generation_dtype: str = flag("auto", choices=("auto", "", "float32", "bfloat16", "float16"))
     """rollouts sample from a copy of the policy in this dtype, LoRA merged in (agent.generation_model;
     changes the log-probs by its rounding); empty: the policy itself; auto: on a CPU under
@@ -142,7 +142,7 @@ def generation_dtype(cfg: AgentConfig, device: str) -> str:
     `--mixed-precision`, resolved before the policy loads), the rollout samples from a copy of the
     policy in that precision, LoRA merged in (agent.generation_model): the numbers autocast would
     compute up to rounding, without casting float32 weights or running adapter modules at every
-    decode step (1.2-1.5x a decode step, docs/speed_smollm2.md). Pi_old under mixed precision is the
+    decode step (1.2-1.5x a decode step, docs/studies/speed_smollm2.md). Pi_old under mixed precision is the
     trainer's own forward (update.prepare_batch), never these log-probs. On a GPU auto stays the
     policy itself: there the copy would be a second model in memory, and it was not measured."""
     if cfg.generation_dtype != "auto":
@@ -162,9 +162,9 @@ def set_threads(cfg: AgentConfig, device: str) -> int:
     CPU, one thread per idle core, at most 2; torch's default (every core) for a real model or a
     GPU. The tiny policy's demo step took 1.10 s on 2 threads against 1.57 s on 1 on an idle 2-core
     machine, but with one other busy process beside it 2 threads were 1.8x slower than 1 (OpenMP
-    threads waiting on each other for its small matrices; docs/speed.md): hence idle cores, not
+    threads waiting on each other for its small matrices; docs/studies/speed.md): hence idle cores, not
     cores. SmolLM2's matmuls ran 1.4x (16 rows, a decode step) to 1.6x (2048 rows, the update)
-    faster on 2 threads than on 1 (benchmarks/matmul_peak.py, docs/speed_smollm2.md). On a
+    faster on 2 threads than on 1 (benchmarks/matmul_peak.py, docs/studies/speed_smollm2.md). On a
     machine other jobs keep busy, `--threads 1` is faster."""
     import torch
 
@@ -214,7 +214,7 @@ def resolve_precision(mixed_precision: str, model: str, device: str) -> str:
     speed (a CUDA GPU that supports it; a CPU with AVX512-BF16 or AMX), else no; always no for the
     tiny policy, whose demo keeps float32's numbers. bf16 autocast keeps the trained weights, the
     gradients, AdamW and the LM head in float32 (docs/gpu.md, "Precision"); on this project's
-    2-core CPU it made SmolLM2's update 1.7x faster (docs/speed_smollm2.md). Other values as given."""
+    2-core CPU it made SmolLM2's update 1.7x faster (docs/studies/speed_smollm2.md). Other values as given."""
     if mixed_precision != "auto":
         return mixed_precision
     if is_tiny_model(model):

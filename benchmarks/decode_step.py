@@ -70,7 +70,7 @@ class DecodeConfig(AgentConfig):
     for oneDNN once), bf16-int8 (bf16, the blocks' linears on int8 weights)"""
     padding: int = 3
     """row i gets i x this many columns of left padding (masked), as a rollout's rows of different
-    lengths have; 0: none (then the attention takes another kernel: see docs/speed_smollm2.md)"""
+    lengths have; 0: none (then the attention takes another kernel: see docs/studies/speed_smollm2.md)"""
     profile: int = 0
     """1: then profile each way's decode steps once more (the prefill left out): torch.profiler's top
     operators"""

@@ -2,7 +2,7 @@
 
     python benchmarks/matmul_peak.py
 
-The yardstick for the update and the decode step (docs/speed_smollm2.md): one MLP projection of
+The yardstick for the update and the decode step (docs/studies/speed_smollm2.md): one MLP projection of
 SmolLM2-135M (576 -> 1536), for a decode step's 16 rows and for a micro-batch's 2048, timed in
 interleaved rounds so that a shared machine's load falls on every variant alike. GFLOP/s = 2 M K N
 per second.

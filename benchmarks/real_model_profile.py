@@ -5,7 +5,7 @@
     python benchmarks/real_model_profile.py --threads 2      # every train.py flag works here
 
 It is `benchmarks/rollout_profile.py`'s profile mode (it runs `train.train()` itself, with
-`machinery/timing.py`'s sections) with docs/speed_smollm2.md's command as the defaults:
+`machinery/timing.py`'s sections) with docs/studies/speed_smollm2.md's command as the defaults:
 
     python train.py --model smollm2 --mask-actions off --context-turns 0 --max-new-tokens 48 \
       --tasks-per-step 4 --group-size 4 --minibatch-size 16 --micro-batch-size 8 --lora-rank 16 \
@@ -31,7 +31,7 @@ from config import parse  # noqa: E402
 
 @dataclass
 class RealModelConfig(ProfileConfig):
-    """rollout_profile's flags with docs/speed_smollm2.md's command as the defaults."""
+    """rollout_profile's flags with docs/studies/speed_smollm2.md's command as the defaults."""
 
     model: str = "smollm2"
     """the policy (train.py's --model)"""

@@ -30,7 +30,7 @@ standard error over seeds), `sweep.png`, `results.json`. Runs already finished (
 summary.json exists) are reused, so an interrupted study continues, and several processes can
 share one --out (e.g. one per seed) and a last call writes the report.
 
-    python benchmarks/scaling_inter_study.py                  # docs/scaling-inter.md's configuration
+    python benchmarks/scaling_inter_study.py                  # docs/studies/scaling-inter.md's configuration
     python benchmarks/scaling_inter_study.py --quick          # a smoke test (CI)
 """
 

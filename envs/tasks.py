@@ -133,13 +133,13 @@ def babyai_tasks(levels: list[int], seeds: range) -> list[int]:
 # The CPU demo's task set (docs/tiny-demo.md): BabyAI-GoToRedBall-v0, GoToObjS6 and GoToLocalS8N7,
 # AgentGym's levels 2, 4 and 5. Seeds below 10000 train, seeds from 10000 test.
 BABYAI_DEMO_LEVELS = [2, 4, 5]
-# The ScalingInter study's task set (docs/scaling-inter.md): GoToDoor, GoToObjDoor and
+# The ScalingInter study's task set (docs/studies/scaling-inter.md): GoToDoor, GoToObjDoor and
 # OpenDoorLoc, AgentGym's levels 10, 11 and 14. The target is often out of view or behind other
 # objects, so turns spent looking around pay: on the test split random valid actions succeed
 # 11% of the time within 1 turn, 20% within 2, 28% within 3, 34% within 4, 48% within 8 and 64%
 # within 16 (benchmarks/horizon_random.py).
 BABYAI_HORIZON_LEVELS = [10, 11, 14]
-# A mission-heavy set (docs/gigpo.md, benchmarks/gigpo_compare.py --split mission): GoToLocalS8N7 and
+# A mission-heavy set (docs/studies/gigpo.md, benchmarks/gigpo_compare.py --split mission): GoToLocalS8N7 and
 # PickupDistDebug, levels 5 and 20, where the mission names one of several objects (by colour and
 # type, or by one of them).
 BABYAI_MISSION_LEVELS = [5, 20]

@@ -2,7 +2,7 @@
 
 Mirrors: gigpo.py, `gigpo_advantages` and `step_group_ids` (read them after your check passes).
 Read first: GiGPO, Feng et al., 2025 (episode-level and step-level advantages, anchor
-states); docs/gigpo.md.
+states); docs/studies/gigpo.md.
 
 Each turn (i, t) gets A_{i,t} = A^E_i + omega * A^S_{i,t}:
 - A^E_i, the episode's: GRPO's normalised outcome of trajectory i within its group (problem 2).

@@ -434,7 +434,7 @@ def decode_attention(module, query, key, value, attention_mask, scaling=None, **
     heads against the cached columns, softmax in float32. On a CPU, torch's SDPA kernel for one
     query (`_scaled_dot_product_flash_attention_for_cpu`) took 2.4-2.9 ms a layer at 16 rows x 760
     columns in bf16, a third of a SmolLM2 decode step, where the matmuls take under 1 ms
-    (docs/speed_smollm2.md). A reserved cache's keys and values are views of its room
+    (docs/studies/speed_smollm2.md). A reserved cache's keys and values are views of its room
     (`ReservedLayer`), which a batched matmul would copy whole (its batch stride is the room's):
     the matmuls read the whole room instead, its unfilled columns (zeros) masked out.
     A prompt's forward and training go to SDPA; a model whose attention has sinks or a soft cap

@@ -54,3 +54,67 @@ def test_every_docs_page_is_reachable_from_the_readme():
         todo = [p for p in todo if p.suffix == ".md" and p.exists()]
     missing = [str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md") if p.resolve() not in seen]
     assert not missing, f"not reachable from README.md: {missing}"
+
+
+# --- the front door ---------------------------------------------------------------------------------
+
+README = ROOT / "README.md"
+HASH = re.compile(r"\b[0-9a-f]{7,40}\b")  # a commit hash: history goes to CHANGELOG.md
+
+
+def prose(text: str) -> str:
+    """The README's running text: no code, tables, headings or images."""
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    kept = [line for line in text.splitlines() if not re.match(r"\s*(\||#|!\[)", line)]
+    return re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", "\n".join(kept))  # a link reads as its text
+
+
+def sentences(text: str) -> list[str]:
+    parts = re.split(r"(?<=[.!?:])\s+(?=[A-Z*`(\-])|\n\s*\n|\n- ", prose(text))
+    return [p for p in (" ".join(p.split()) for p in parts) if len(p.split()) > 1]
+
+
+def table_rows(text: str, heading: str) -> list[list[str]]:
+    """The rows of the first table under `## heading`, each a list of its cells, header skipped."""
+    section = text.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("|")]
+    return [[c.strip() for c in row.strip("|").split("|")] for row in rows[2:]]
+
+
+def test_the_readme_reads_in_five_minutes():
+    """At most 1,500 words, about 25 words a sentence, no table cell over 200 characters and no
+    commit hash."""
+    text = README.read_text()
+    words = len(re.sub(r"```.*?```", "", text, flags=re.S).split())
+    assert words <= 1500, f"README.md: {words} words"
+    found = sentences(text)
+    mean = sum(len(s.split()) for s in found) / len(found)
+    assert mean <= 25, f"README.md: {mean:.1f} words a sentence"
+    cells = [c for line in text.splitlines() if line.startswith("|") for c in line.split("|")]
+    assert max(len(c.strip()) for c in cells) <= 200
+    assert not HASH.findall(re.sub(r"```.*?```", "", text, flags=re.S)), HASH.findall(text)
+
+
+def test_every_result_in_the_readme_is_the_figure_its_study_page_measured():
+    """A figure lives where it was measured: each Results row's own figure appears, as written, on
+    the page the row links to; so does the demo's output."""
+    stale = []
+    for cells in table_rows(README.read_text(), "Results"):
+        claim, ours, study = cells[0], cells[1], cells[-1]
+        page = ROOT / re.search(r"\]\(([^)#]+)", study).group(1)
+        if ours not in page.read_text():
+            stale.append(f"{claim}: {ours!r} is not on {page.relative_to(ROOT)}")
+    assert not stale, "\n".join(stale)
+    shown = re.search(r"^eval before: .*$", README.read_text(), flags=re.M).group(0)
+    assert shown in (ROOT / "docs" / "tiny-demo.md").read_text()
+
+
+def test_every_study_opens_with_its_verdict_in_at_most_five_lines():
+    """A study is a lab notebook below and a verdict on top: what was asked, what was found, how sure."""
+    long = []
+    for page in sorted((ROOT / "docs" / "studies").glob("*.md")):
+        text = page.read_text().split("\n\n")
+        first = next(p for p in text[1:] if not p.startswith("[Back"))
+        if not first.startswith("**Verdict.**") or len(first.splitlines()) > 5:
+            long.append(page.name)
+    assert not long, f"no verdict of at most five lines on top: {long}"
