@@ -63,9 +63,10 @@ from batch import Row, make_batch
 from config import AgentConfig, flag, load_agent, parse, resolve_device, resolve_precision, set_threads
 from envs import ENVS, EnvSpec, close_pool, open_pool
 from machinery import dist, lora, signals
+from machinery.accounting import step_optimizers
 from machinery.logprobs import LogprobForward
 from machinery.rng import seed_everything
-from update import UpdateConfig, accumulate_gradients, resolve_micro_batch_tokens, step_optimizers
+from update import UpdateConfig, accumulate_gradients, resolve_micro_batch_tokens
 
 SFT_LR = 1e-5
 """A real model's learning rate (AgentGym's bc_trainer: 1e-5 for 7B); the tiny policy's is tiny.LR."""
@@ -413,7 +414,7 @@ def sft_step(
 ) -> tuple[dict, float]:
     """One optimizer step on a batch of demonstration rows (this process's share; empty: `filler` at
     weight 0): L_SFT's gradients accumulated micro-batch by micro-batch (`update.accumulate_gradients`),
-    clipped to --max-grad-norm and stepped as the RL update steps (`update.step_optimizers`: skipped
+    clipped to --max-grad-norm and stepped as the RL update steps (`machinery/accounting.py`: skipped
     when the loss or the norm is not finite; fp16's scaler). Returns the loss's statistics and the
     gradient norm before clipping."""
     policy.model.train()

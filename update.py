@@ -25,10 +25,8 @@ as asked), its optimizer, the frozen reference model and the algorithm's state, 
 Accelerate (DDP or FSDP with several processes).
 """
 
-import contextlib
 import math
 from dataclasses import dataclass
-from unittest import mock
 
 import numpy as np
 import torch
@@ -40,6 +38,7 @@ from algorithm import Algorithm, mask_episodes
 from batch import Batch, micro_batches, token_logprobs
 from config import load_agent
 from machinery import dist, lora
+from machinery.accounting import OptimizerSteps, PassStats, sync_on_last_pass, token_weighted_passes
 from machinery.checkpoint import load_state
 from machinery.flags import flag
 from machinery.logprobs import LogprobForward, disable_dropout
@@ -211,155 +210,75 @@ def print_on_policy_gap(stats: dict) -> None:
 
 def update(forward, batch, n_trajs: int, algo, cfg, state, accelerator, trained, tm=None) -> dict:
     """`cfg.epochs` passes over the rollout batch (`n_trajs` trajectories on this process), each in
-    minibatches: clipped-ratio steps of every (model, optimizer) in `trained`. With N processes a
-    minibatch is every process's share of it (each process cuts its batch into the same number of
-    parts) and DDP averages the gradients. Returns the mean of each minibatch's (global) stats, and
-    `signals/nonfinite_skips`: the optimizer steps skipped because the loss or a gradient norm was
-    NaN or infinite (the weights are left as they were; machinery/signals.py raises the alarm), and
-    under fp16 `charts/fp16_overflow_skips`, those its loss scaler skipped (`step_optimizers`), their
-    share of the steps tried and the scale after the update: every step skipped, or the scale below
-    a floor, is a run that cannot train in fp16, and the non-finite alarm says so (signals.py)."""
-    n_minibatches = max(
-        1, math.ceil(dist.global_sum(n_trajs) / cfg.minibatch_size)
-    )  # the same on every process
+    minibatches: one clipped-ratio step of every (model, optimizer) in `trained` per minibatch.
+    With N processes a minibatch is every process's share of it (each process cuts its batch into
+    the same number of parts) and DDP averages the gradients. Returns the mean of each minibatch's
+    (global) stats, the first minibatch's |log ratio| (`charts/on_policy_gap`), and the optimizer
+    steps skipped for a non-finite loss or gradient or fp16's overflows
+    (machinery/accounting.py's `OptimizerSteps`)."""
+    n_minibatches = max(1, math.ceil(dist.global_sum(n_trajs) / cfg.minibatch_size))  # the same everywhere
     filler = batch.select(torch.arange(1)).trim()  # a weight-0 pass for a process with nothing in a minibatch
+    optimizers = OptimizerSteps(trained, accelerator, cfg.max_grad_norm)
     stats: dict[str, list] = {}
-    first = (
-        None  # the first minibatch's |log ratio| (mean, max): 0 up to rounding, or pi_old is not the policy's
-    )
-    skipped = overflows = 0  # optimizer steps skipped: a non-finite loss or gradient; fp16's overflows
+    first = None  # the first minibatch's |log ratio| (mean, max): 0 up to rounding, or pi_old is not pi's
     from_forward = pi_old_from_update(cfg, n_trajs)  # pi_old: the first forward (no separate pass)
     for _ in range(cfg.epochs):
         for part in torch.randperm(n_trajs).tensor_split(n_minibatches):
-            rows = torch.isin(batch.traj, part).nonzero().squeeze(-1)
-            for _, opt in trained:
-                opt.zero_grad()
+            mb = batch.select(torch.isin(batch.traj, part).nonzero().squeeze(-1))
+            optimizers.zero_grad()
             with timed(tm, "forward_backward"):
-                mb = batch.select(rows)
                 st = accumulate_gradients(forward, mb, algo, cfg, state, accelerator, filler, from_forward)
             with timed(tm, "optimizer"):
-                norms, stepped = step_optimizers(trained, accelerator, cfg.max_grad_norm, st["losses/loss"])
-                # fp16's scaler skips a step whose scaled gradients overflowed and lowers its scale:
-                # routine in the first steps, not the alarm's business (a non-finite loss still is)
-                overflow = not stepped and accelerator.scaler is not None and math.isfinite(st["losses/loss"])
-                overflows += overflow
-                skipped += not stepped and not overflow
+                norms = optimizers.step(st["losses/loss"])
             top = st.pop("max_log_ratio")
             first = first or (st["losses/abs_log_ratio"], top)
             st["losses/grad_norm"] = norms[0]  # the policy's, before clipping
             for k, v in st.items():
                 stats.setdefault(k, []).append(v)
-    for _, opt in trained:  # free the gradients before the next rollout
-        opt.zero_grad(set_to_none=True)
     return {
         **{k: float(np.mean(v)) for k, v in stats.items()},
-        "signals/nonfinite_skips": skipped,
-        **(
-            fp16_stats(accelerator.scaler, overflows, cfg.epochs * n_minibatches)
-            if accelerator.scaler
-            else {}
-        ),
+        **optimizers.stats(),
         "charts/on_policy_gap": first[0],
         "charts/on_policy_gap_max": first[1],
     }
 
 
-def fp16_stats(scaler, overflows: int, tried: int) -> dict:
-    return {
-        "charts/fp16_overflow_skips": overflows,
-        "charts/fp16_overflow_share": overflows / tried,
-        "charts/fp16_loss_scale": float(scaler.get_scale()),
-    }
-
-
-def step_optimizers(
-    trained: list, accelerator, max_grad_norm: float, loss: float
-) -> tuple[list[float], bool]:
-    """Clip each model's gradients on its own (the policy's, then the algorithm's own model's; the
-    norms are global, the same on every process) and step every optimizer, or none when the loss or
-    a norm is not finite: a NaN/inf would poison the weights (signals.py's alarm). Returns the norms
-    before clipping and whether the optimizers stepped.
-
-    Under fp16 one loss scaler serves every optimizer: it unscales all of them once, before the
-    clips (Accelerate's clip_grad_norm_ unscales every prepared optimizer at each call, so a second
-    model's clip would raise), steps each, and updates its scale once per step, a skipped one
-    included: an overflow (inf gradients, common at fp16's first scales) halves the scale and the
-    next minibatch tries again. Without a scaler (float32, bf16) the unscale is a no-op."""
-    scaler = accelerator.scaler
-    accelerator.unscale_gradients()  # fp16: gradients / loss scale, every optimizer, once
-    with mock.patch.object(accelerator, "unscale_gradients", lambda *a, **k: None):  # (done just above)
-        norms = [
-            float(accelerator.clip_grad_norm_(model.parameters(), max_grad_norm)) for model, _ in trained
-        ]
-    stepped = all(map(math.isfinite, norms + [loss]))
-    if stepped:
-        for _, opt in trained:
-            # the scaler steps the inner optimizer: Accelerate's step would update the scale after each
-            # optimizer, and the next optimizer's gradients would be unscaled a second time
-            if scaler:
-                scaler.step(getattr(opt, "optimizer", opt))
-            else:
-                opt.step()
-    if scaler:
-        scaler.update()
-    return norms, stepped
-
-
 def accumulate_gradients(forward, mb, algo, cfg, state, accelerator, filler=None, pi_old_from_forward=False):
-    """Backward of the algorithm's loss on minibatch `mb`, one micro-batch at a time. `forward`:
-    the policy, or its `logprobs.LogprobForward` as Accelerate prepared it (DDP, FSDP).
+    """Backward of the algorithm's loss on minibatch `mb`, one micro-batch at a time (only one
+    micro-batch's activations alive). `forward`: the policy, or its `logprobs.LogprobForward` as
+    Accelerate prepared it (DDP, FSDP).
 
-    Every term of the loss is a token-mean over the minibatch's agent tokens, so the loss of micro-
-    batch i, weighted by its share n_i / n of those tokens, sums to the minibatch's loss, and the
-    accumulated gradients are the minibatch's (tests/test_micro_batches.py checks this to float
-    tolerance). Only one micro-batch's activations are alive at a time.
-
-    With N processes n counts every process's tokens (dist.global_sum) and DDP averages the
-    gradients, dividing by N: each backward is scaled by N * n_i / n, so the step is the token mean
-    over the global minibatch however unequally the tokens fall (tests/test_distributed.py). Every
-    process runs the same number of passes (DDP and FSDP communicate in each): one with fewer
-    micro-batches repeats `filler` (default: its last micro-batch) at weight 0, and only the last
-    pass averages the gradients (no_sync before). `pi_old_from_forward` (`pi_old_from_update`): each
-    micro-batch's pi_old is its own forward's log-probs, detached (every ratio 1, as after a
-    recompute); the gap to the sampled ones is logged. Returns the global minibatch's stats."""
-    n = dist.global_sum(float(mb.loss_mask.sum()))
-    micros = (
-        [m for _, m in micro_batches(mb, cfg.micro_batch_size, cfg.micro_batch_tokens)] if len(mb) else []
-    )
-    passes = [(m, float(m.loss_mask.sum()) / n if n > 0 else 0.0) for m in micros]
-    passes += [(filler or micros[-1], 0.0)] * (dist.global_max(len(passes)) - len(passes))
+    Each micro-batch's loss is weighted by its share of the minibatch's agent tokens, so the
+    accumulated gradients are the minibatch's (tests/test_micro_batches.py); with N processes the
+    weights count every process's tokens, a process with fewer micro-batches runs weight-0 filler
+    passes (`filler`, default its last micro-batch), and only the last pass averages the gradients:
+    machinery/accounting.py. `pi_old_from_forward` (`pi_old_from_update`): each micro-batch's pi_old
+    is its own forward's log-probs, detached (every ratio 1, as after a recompute); the gap to the
+    sampled ones is logged. Returns the global minibatch's stats."""
+    cut = micro_batches(mb, cfg.micro_batch_size, cfg.micro_batch_tokens) if len(mb) else []
+    micros = [m for _, m in cut]
+    passes = token_weighted_passes(mb, micros, filler)
     models = [forward] + ([state.model] if state is not None else [])
-    stats: dict[str, float] = {}
-    max_log_ratio = 0.0
+    stats = PassStats()
     for i, (micro, w) in enumerate(passes):
-        with contextlib.ExitStack() as no_sync:
-            if i < len(passes) - 1:  # accumulate locally; the last backward averages over the processes
-                for model in models:
-                    no_sync.enter_context(accelerator.no_sync(model))
+        with sync_on_last_pass(accelerator, models, last=i == len(passes) - 1):
             sampled = {}  # |sampled - pi_old| per agent token, when pi_old is this forward's
             with accelerator.autocast():
-                logp, ent = token_logprobs(forward, micro, cfg.temperature, with_entropy=True)
+                logp, ent = token_logprobs(forward, micro, cfg.temperature, with_entropy=True)  # (B, T)
                 if pi_old_from_forward:
-                    m = micro.loss_mask.to(logp.device)
-                    gap = (micro.old_logprobs.to(logp.device) - logp.detach()).abs() * m
-                    sampled = {"charts/sampling_logprob_gap": float(gap.sum() / m.sum().clamp(min=1))}
-                    micro.old_logprobs = logp.detach().float()
+                    sampled = pi_old_is_this_forward(micro, logp)
                 loss, st = algo.loss(logp, ent, micro, cfg, state)
             accelerator.backward(loss * w * dist.world())
-        for k, v in {**st, **sampled, "losses/loss": loss.item()}.items():
-            stats[k] = stats.get(k, 0.0) + w * v
-        agent = micro.loss_mask.to(logp.device) > 0
-        gap = (logp.detach() - micro.old_logprobs.to(logp.device))[agent].abs()  # |log ratio| per agent token
-        stats["losses/abs_log_ratio"] = stats.get("losses/abs_log_ratio", 0.0) + w * float(
-            gap.mean() if len(gap) else 0.0
-        )
-        if w > 0 and len(gap):
-            max_log_ratio = max(max_log_ratio, float(gap.max()))
-    keys = sorted(stats)  # the same on every process
-    out = dict(
-        zip(keys, dist.global_sum(torch.tensor([stats[k] for k in keys], dtype=torch.float64)).tolist())
-    )
-    return {**out, "max_log_ratio": dist.global_max(max_log_ratio)}
+        stats.add({**st, **sampled, "losses/loss": loss.item()}, w, logp, micro)
+    return stats.global_stats()
+
+
+def pi_old_is_this_forward(micro, logp: torch.Tensor) -> dict:
+    """`micro`'s pi_old set to `logp`, detached; returns the mean |sampled - logp| per agent token."""
+    m = micro.loss_mask.to(logp.device)
+    gap = (micro.old_logprobs.to(logp.device) - logp.detach()).abs() * m
+    micro.old_logprobs = logp.detach().float()
+    return {"charts/sampling_logprob_gap": float(gap.sum() / m.sum().clamp(min=1))}
 
 
 @torch.no_grad()
