@@ -65,8 +65,19 @@ Strictness (decided here, once, for every server; AgentGym's own pydantic models
     the bound is the same whichever parser uvicorn picked; httptools has none, and would take
     megabytes): above it a 431 JSON error, before any endpoint runs.
   * Errors are JSON `{"error": ...}`: an unknown id 404, a malformed body 422, an unreadable one 400,
-    a bad value 400, a full table 503, a time-out 504, an environment that raised 500. No error
-    closes the connection, and no error answer can itself fail (it never echoes the input).
+    a bad value 400, a full table 503, a time-out 504. No error closes the connection, and no error
+    answer can itself fail. The checks here echo nothing of the request (no value, no key) and name
+    at most MAX_LISTED_ERRORS of a body's faults; an environment's own message may name the task
+    asked for (a TaskName, at most 1,000 characters); every message is at most MAX_ERROR_CHARS long.
+  * An environment that raised (its own fault, not the request's) is a 500 that names only the
+    exception's type (its message may quote the action); the traceback is logged once, here. The
+    instance stays in the table: the client decides whether to close it (EnvPool does).
+  * A WebSocket session's instance (servers/openenv.py) belongs to its socket: it sits in the
+    table under an unguessable key (`create_session`), not a number, so no HTTP request can step,
+    reset, observe or close it. The one call that reaches it is POST /expert {"session": key},
+    with the key that the session's `state` message shows its client (the expert advises; it
+    changes nothing). A session that sends no message for `--idle-limit` seconds (IDLE_LIMIT) is
+    closed and its instance freed.
 
 `serve()` also makes the server stoppable by its parent whatever a request is doing: on SIGTERM or
 SIGINT, uvicorn gets SHUTDOWN_GRACE seconds to finish; then the process kills its own child
@@ -82,6 +93,7 @@ import json
 import logging
 import math
 import os
+import secrets
 import signal
 import threading
 import time
@@ -110,6 +122,9 @@ MAX_HEADER_BYTES = 16 * 1024  # request headers, names + values (see the docstri
 MAX_WS_BYTES = 1024 * 1024  # a WebSocket message (an action of MAX_ACTION_CHARS, escaped, is < 0.6 MiB)
 KEEP_ALIVE = 600  # seconds an idle connection stays open: longer than a policy's turn (see serve)
 RETRY_AFTER = 5  # seconds a client is asked to wait when the table is full
+IDLE_LIMIT = 600.0  # seconds a WebSocket session may send nothing before it is closed: > a policy's turn
+MAX_ERROR_CHARS = 1000  # an error answer's message, at most (see the docstring)
+MAX_LISTED_ERRORS = 3  # a body's validation faults named in one answer (the rest counted)
 
 Id = Annotated[int, Strict(), Field(ge=0, le=MAX_ID)]  # a JSON integer, never a bool/float/string
 
@@ -162,17 +177,48 @@ class SafeJSONResponse(JSONResponse):
             ).encode()
 
 
+def bounded(message: str) -> str:
+    """An error message as it is sent: encodable, and at most MAX_ERROR_CHARS long."""
+    message = safe_text(message)
+    return message if len(message) <= MAX_ERROR_CHARS else message[: MAX_ERROR_CHARS - 3] + "..."
+
+
 def error(status: int, message: str, headers: dict | None = None) -> SafeJSONResponse:
-    return SafeJSONResponse(status_code=status, content={"error": safe_text(message)}, headers=headers)
+    return SafeJSONResponse(status_code=status, content={"error": bounded(message)}, headers=headers)
+
+
+def env_fault(e: BaseException) -> str:
+    """The answer to an environment's own exception: its type only, since its message may quote
+    the request (an action, a task name); the traceback is in the server's log."""
+    return f"the environment raised {type(e).__name__}; the server's log has the traceback"
+
+
+def place_of(loc: tuple, extra_key: bool) -> str:
+    """A validation error's place, in the model's own names only: list positions and the first
+    field name. Past it a name may be the request's own (a dict's key), and an unexpected key
+    (`extra_key`) is the request's by definition: neither is shown."""
+    if extra_key:
+        loc = loc[:-1]
+    if loc and loc[0] in ("body", "query"):  # FastAPI's: where in the request
+        loc = loc[1:]
+    shown = []
+    for x in loc:
+        shown.append(str(x))
+        if not isinstance(x, int):
+            break
+    return ".".join(shown) or "body"
 
 
 def describe_validation(errors: list) -> str:
-    """Pydantic's errors as one line, without the input values (which may not be encodable)."""
+    """Pydantic's errors as one short line, echoing nothing of the request: no value, no key
+    (see `place_of`), at most MAX_LISTED_ERRORS of them."""
     parts = []
-    for e in errors:
-        loc = ".".join(str(x) for x in e.get("loc", ()) if x != "body") or "body"
-        parts.append(f"{loc}: {e.get('msg', 'invalid')}")
-    return "invalid request: " + "; ".join(parts)
+    for e in errors[:MAX_LISTED_ERRORS]:
+        extra_key = e.get("type") == "extra_forbidden"
+        message = "a key it does not take" if extra_key else e.get("msg", "invalid")
+        parts.append(f"{place_of(tuple(e.get('loc', ())), extra_key)}: {message}")
+    more = f"; and {len(errors) - MAX_LISTED_ERRORS} more" if len(errors) > MAX_LISTED_ERRORS else ""
+    return "invalid request: " + "; ".join(parts) + more
 
 
 class CatchAll:
@@ -199,7 +245,7 @@ class CatchAll:
             log.exception("environment error on %s", scope.get("path"))
             if started:  # half an answer is out: nothing sensible is left to send
                 raise
-            await error(500, f"{type(exc).__name__}: {exc}")(scope, receive, send)
+            await error(500, env_fault(exc))(scope, receive, send)
 
 
 class HeaderLimit:
@@ -311,7 +357,15 @@ class CloseBody(_WithInstance):
 
 
 class ExpertBody(_WithInstance):
-    pass
+    session: Annotated[str, Field(max_length=100)] | None = None  # a WebSocket session's key
+
+    @model_validator(mode="after")
+    def _needs_instance(self):
+        return self if self.session is not None else super()._needs_instance()
+
+    @property
+    def instance(self) -> int | str:
+        return self.session if self.session is not None else super().instance
 
 
 class CreateBody(_Body):
@@ -358,7 +412,7 @@ class InstanceTable:
     ):
         self.make_env, self.max_instances, self.time_limit = make_env, max_instances, time_limit
         self.inline = inline  # steps and observations on the event loop's thread (run_inline)
-        self.envs: dict[int, Instance] = {}
+        self.envs: dict[int | str, Instance] = {}  # an HTTP client's by number, a session's by key
         self._ids = itertools.count()
         self._pending = 0  # creates under way (they count against max_instances)
 
@@ -366,6 +420,23 @@ class InstanceTable:
         return len(self.envs)
 
     async def create(self, **kwargs) -> int:
+        """A new instance of `make_env(**kwargs)`, named by the next number: the HTTP dialects' id."""
+        env = await self._make(kwargs)
+        i = next(self._ids)
+        self.envs[i] = Instance(env)
+        return i
+
+    async def create_session(self) -> str:
+        """A new instance for a WebSocket session, named by an unguessable key instead of a number.
+        Every HTTP call names its instance by a number (a JSON integer), so none reaches this one;
+        POST /expert {"session": key} is the one exception (see the module's docstring)."""
+        env = await self._make({})
+        key = secrets.token_urlsafe(16)
+        self.envs[key] = Instance(env)
+        return key
+
+    async def _make(self, kwargs: dict) -> object:
+        """`make_env(**kwargs)` under the time limit, if the table has room (else a 503)."""
         if self.max_instances is not None and len(self.envs) + self._pending >= self.max_instances:
             raise EnvError(
                 f"this server holds its maximum of {self.max_instances} instances; close one or retry later",
@@ -385,12 +456,12 @@ class InstanceTable:
             ) from None
         finally:
             self._pending -= 1
-        i = next(self._ids)
-        self.envs[i] = Instance(env)
-        return i
+        return env
 
-    def get(self, i: int) -> Instance:
+    def get(self, i: int | str) -> Instance:
         if i not in self.envs:
+            if isinstance(i, str):  # a session's key, as POST /expert gave it: never quoted back
+                raise EnvError("no WebSocket session with that key (its `state` shows it)", 404)
             raise EnvError(f"no environment instance with id {i}; create one with POST /create", 404)
         return self.envs[i]
 
@@ -532,10 +603,10 @@ async def call_batch(table: InstanceTable, calls: list[tuple[int, str, Any]]) ->
     out = []
     for (i, _, _), answer in zip(calls, await table.call_many([(i, m, (arg,)) for i, m, arg in calls])):
         if isinstance(answer, EnvError):
-            answer = {"error": safe_text(str(answer)), "status": answer.status}
+            answer = {"error": bounded(str(answer)), "status": answer.status}
         elif isinstance(answer, BaseException):  # the environment raised: this item's 500, the batch goes on
             log.error("environment error in a batch item (instance %s)", i, exc_info=answer)
-            answer = {"error": safe_text(f"{type(answer).__name__}: {answer}"), "status": 500}
+            answer = {"error": env_fault(answer), "status": 500}
         out.append(both_dialects(answer))
     return out
 
@@ -581,10 +652,12 @@ def add_error_handlers(app: FastAPI) -> None:
 def create_kwargs(given: dict, CreateArgs, create_keys: tuple, ignored_create_keys: tuple) -> dict:
     """The keyword arguments for `make_env` from a /create body's keys (see build_app): unknown
     keys and values of the wrong type are a 422, ignored keys are dropped."""
-    unknown = sorted(set(given) - set(create_keys) - set(ignored_create_keys))
-    if unknown:
+    unknown = set(given) - set(create_keys) - set(ignored_create_keys)
+    if unknown:  # (not named: a key is the request's own text)
         raise EnvError(
-            f"/create takes {sorted(create_keys + ignored_create_keys) or 'no keys'}, not {unknown}", 422
+            f"/create takes {sorted(create_keys + ignored_create_keys) or 'no keys'}; "
+            f"the body has {len(unknown)} other key(s)",
+            422,
         )
     try:
         args = CreateArgs(**{k: v for k, v in given.items() if k in create_keys})
@@ -652,6 +725,7 @@ def new_app(title: str, table: InstanceTable) -> FastAPI:
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.table = table
+    app.state.idle_limit = IDLE_LIMIT  # a WebSocket session's (servers/openenv.py); --idle-limit sets it
     app.state.reset_without_instance = _needs_an_instance  # servers/openenv.py's one-off reset replaces it
     app.add_middleware(CatchAll)
     app.add_middleware(HeaderLimit)  # the outermost: an oversized request reaches nothing else
@@ -775,7 +849,7 @@ class _Server(uvicorn.Server):
 
 def serve(app: FastAPI, argv=None, description: str = "") -> None:
     """The command line of every server: `python -m servers.<env> [--host H] [--port P]
-    [--max-instances N] [--time-limit S]`."""
+    [--max-instances N] [--time-limit S] [--idle-limit S]`."""
     table = app.state.table
     parser = argparse.ArgumentParser(description=description or app.title)
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (loopback by default)")
@@ -794,8 +868,16 @@ def serve(app: FastAPI, argv=None, description: str = "") -> None:
         default=table.time_limit,
         help="seconds an environment call may take before its instance is dropped",
     )
+    parser.add_argument(
+        "--idle-limit",
+        type=float,
+        default=app.state.idle_limit,
+        help="seconds a WebSocket session may send nothing before it is closed and its instance "
+        f"freed (default {app.state.idle_limit:g})",
+    )
     args = parser.parse_args(argv)
     table.max_instances, table.time_limit = args.max_instances, args.time_limit
+    app.state.idle_limit = args.idle_limit
     logging.basicConfig(level=args.log_level.upper())
     # uvicorn's default keep-alive (5 s) closes a client's connection while the policy generates
     # its next turn; the client's next request then races the close and fails ("connection reset").

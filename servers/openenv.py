@@ -15,11 +15,12 @@ servers unchanged (tests/test_openenv_servers.py). Each server file adds it: `ad
         <- {"type": "observation", "data": {"observation": {"text": str, ...}, "reward", "done"}}
         -> {"type": "step", "data": {"action": "turn left"}}          (the agent's text, as /step's)
         -> {"type": "state"}  <- {"type": "state", "data": {"episode_id", "step_count", "task",
-                     "instance", ...}} (`instance`: the id this project's dialect knows it by, for
-                     POST /expert {"id": instance}, the trainer's call)
+                     "session", ...}} (`session`: the instance's key, for POST /expert {"session":
+                     key}, the trainer's call; no other HTTP call reaches a session's instance)
         -> {"type": "close"}
         <- {"type": "error", "data": {"message", "code", "status"}}   for anything that went wrong;
                      the session goes on unless its instance is gone (a time-out dropped it)
+                     A session that sends nothing for --idle-limit seconds is closed (1008).
     GET /health /metadata /schema /state, and POST /reset without an instance (a one-off instance,
                      reset, answered and closed, as OpenEnv's stateless HTTP reset is)
     task API         GET /list_environments, GET /{name}/splits, POST /{name}/tasks, /num_tasks,
@@ -29,13 +30,16 @@ servers unchanged (tests/test_openenv_servers.py). Each server file adds it: `ad
 `observation.text` is the observation this project's dialect answers; the answer's other fields
 (`score`, `available_actions`, ...) sit beside it. Errors follow servers/common.py's rules: a
 malformed, oversized (uvicorn closes a frame over MAX_WS_BYTES with 1009) or ill-typed message is
-answered, never echoed, and never ends the server; a full table answers CAPACITY_REACHED with
-`retry_after` and closes with 1013 (Try Again Later), the WebSocket's 503 + Retry-After.
+answered (VALIDATION_ERROR, ...), echoes nothing of the message, keys included, and never ends the
+server; an environment's own exception is an EXECUTION_ERROR (500), logged once; a full table
+answers CAPACITY_REACHED with `retry_after` and closes with 1013 (Try Again Later), the WebSocket's
+503 + Retry-After.
 """
 
+import asyncio
 import logging
 import uuid
-from typing import Annotated, Literal
+from typing import Annotated
 
 import orjson
 from fastapi import FastAPI, WebSocket
@@ -51,9 +55,9 @@ from servers.common import (
     ResetBody,
     SafeJSONResponse,
     TaskName,
-    _check_text,
+    bounded,
     describe_validation,
-    safe_text,
+    env_fault,
 )
 
 log = logging.getLogger("servers")
@@ -65,12 +69,6 @@ SPLIT_TYPES = {"train": "train", "val": "validation", "test": "test"}  # OpenEnv
 # ---------------------------------------------------------------------------------------------
 # Messages, strictly typed (a key OpenEnv does not define is an error, not silently dropped)
 # ---------------------------------------------------------------------------------------------
-
-
-class Message(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    type: Literal["reset", "step", "state", "close"]
-    data: dict = {}
 
 
 class ResetData(BaseModel):
@@ -106,6 +104,44 @@ class SessionState(BaseModel):
     step_count: int = 0
 
 
+DATA = {"reset": ResetData, "step": TextAction}  # each message type's `data` (state and close take none)
+
+
+class BadMessage(Exception):
+    """A message this dialect does not take: answered with `code`, nothing of it quoted."""
+
+    def __init__(self, message: str, code: str = "VALIDATION_ERROR", status: int = 422):
+        super().__init__(message)
+        self.code, self.status = code, status
+
+
+def read_message(raw: str | bytes | None) -> tuple[str, BaseModel | None]:
+    """A message's type and its validated `data`, or BadMessage. The keys are checked before pydantic
+    sees them: a message of 80,000 unknown keys is one set difference, not 80,000 errors built and
+    sent back while every other session on the event loop waits."""
+    try:
+        message = orjson.loads(raw or b"")  # (orjson refuses a lone surrogate: the text is valid)
+    except orjson.JSONDecodeError:
+        raise BadMessage("the message is not valid JSON", "INVALID_JSON", 400) from None
+    if not isinstance(message, dict):
+        raise BadMessage("a message is a JSON object with a `type`: reset, step, state or close")
+    kind = message.get("type")
+    if not isinstance(kind, str) or kind not in ("reset", "step", "state", "close"):
+        raise BadMessage("unknown message type; the types are reset, step, state, close", "UNKNOWN_TYPE", 400)
+    data = message.get("data", {})
+    if message.keys() - {"type", "data"} or not isinstance(data, dict):
+        raise BadMessage('a message is {"type": ..., "data": {...}} and nothing else')
+    model = DATA.get(kind)
+    if model is None:
+        return kind, None
+    if data.keys() - model.model_fields.keys():
+        raise BadMessage(f"a {kind} message's data takes only the keys {sorted(model.model_fields)}")
+    try:
+        return kind, model.model_validate(data)
+    except ValidationError as e:
+        raise BadMessage(describe_validation(e.errors()).replace("request", "message")) from None
+
+
 # ---------------------------------------------------------------------------------------------
 # Tasks: the project's splits, served as OpenEnv's task API
 # ---------------------------------------------------------------------------------------------
@@ -127,7 +163,7 @@ def task_of(data: ResetData, splits: dict[str, list[int]]) -> int | str:
     """The task (data_idx) a reset names; EnvError for a split or index that does not exist."""
     if data.split is not None:
         if data.split not in splits:
-            raise EnvError(f"no split {data.split!r}; the splits are {sorted(splits) or 'none'}")
+            raise EnvError(f"no such split; the splits are {sorted(splits) or 'none'}")
         ids, index = splits[data.split], data.index or 0
         if index >= len(ids):
             raise EnvError(f"task index {index} is outside split {data.split!r} (0..{len(ids) - 1})")
@@ -163,27 +199,25 @@ def task_spec(split: str, index: int, data_idx: int) -> dict:
 class Session:
     """One connection's instance and episode."""
 
-    def __init__(self, table: InstanceTable, instance: int, splits: dict[str, list[int]]):
-        self.table, self.instance, self.splits = table, instance, splits
-        self.state = SessionState(instance=instance)  # this project's id of it: its /expert, /observation
+    def __init__(self, table: InstanceTable, instance: str, splits: dict[str, list[int]]):
+        self.table, self.instance, self.splits = table, instance, splits  # (instance: its key in the table)
+        self.state = SessionState(session=instance)  # for POST /expert {"session": key}
 
-    async def reset(self, data: dict) -> dict:
-        data = ResetData(**data)
+    async def reset(self, data: ResetData) -> dict:
         task = task_of(data, self.splits)
         answer = await self.table.call(self.instance, "reset", task)
         where = {"split": data.split, "index": data.index or 0} if data.split is not None else {}
         self.state = SessionState(
             episode_id=data.episode_id or uuid.uuid4().hex,
             step_count=0,
-            instance=self.instance,
+            session=self.instance,
             task=task,
             done=answer["done"],
             **where,
         )
         return {"type": "observation", "data": openenv_answer(answer)}
 
-    async def step(self, data: dict) -> dict:
-        action = TextAction(**data)
+    async def step(self, action: TextAction) -> dict:
         answer = await self.table.call(self.instance, "step", action.action)
         self.state.step_count += 1
         self.state.done = answer["done"]
@@ -192,53 +226,40 @@ class Session:
     async def answer(self, raw: str | bytes | None) -> dict | None:
         """The reply to one message (None: the client closed the session)."""
         try:
-            message = orjson.loads(raw or b"")
-        except orjson.JSONDecodeError:
-            return ws_error("the message is not valid JSON", "INVALID_JSON", 400)
+            kind, data = read_message(raw)
+        except BadMessage as e:
+            return ws_error(str(e), e.code, e.status)
         try:
-            _check_text(message)
-            if not isinstance(message, dict):
-                raise ValueError("a message is a JSON object with a `type`: reset, step, state or close")
-            kind = message.get("type")
-            if kind not in ("reset", "step", "state", "close"):
-                return ws_error(
-                    "unknown message type; the types are reset, step, state, close", "UNKNOWN_TYPE", 400
-                )
-            message = Message(**message)
-            if message.type == "reset":
-                return await self.reset(message.data)
-            if message.type == "step":
-                return await self.step(message.data)
-            if message.type == "state":
+            if kind == "reset":
+                return await self.reset(data)
+            if kind == "step":
+                return await self.step(data)
+            if kind == "state":
                 return {"type": "state", "data": self.state.model_dump()}
             return None
-        except ValidationError as e:
-            return ws_error(
-                describe_validation(e.errors()).replace("request", "message"), "VALIDATION_ERROR", 422
-            )
-        except ValueError as e:
-            return ws_error(f"invalid message: {e}", "VALIDATION_ERROR", 422)
-        except EnvError as e:
+        except EnvError as e:  # the request's fault (an unknown task), a time-out, a full table
             return ws_error(str(e), ERROR_CODES.get(e.status, "EXECUTION_ERROR"), e.status)
-        except Exception as e:  # the environment raised: this message's 500, the session goes on
-            log.exception("environment error in an OpenEnv session (instance %s)", self.instance)
-            return ws_error(f"{type(e).__name__}: {e}", "EXECUTION_ERROR", 500)
+        except Exception as e:  # the environment's own fault: this message's 500, the session goes on
+            log.exception("environment error in an OpenEnv session")
+            return ws_error(env_fault(e), "EXECUTION_ERROR", 500)
 
 
 ERROR_CODES = {422: "VALIDATION_ERROR", 503: "CAPACITY_REACHED"}  # else EXECUTION_ERROR, with the status
 
 
 def ws_error(message: str, code: str, status: int, **more) -> dict:
-    return {"type": "error", "data": {"message": safe_text(message), "code": code, "status": status, **more}}
+    return {"type": "error", "data": {"message": bounded(message), "code": code, "status": status, **more}}
 
 
 async def send(ws: WebSocket, message: dict) -> None:
     await ws.send_text(SafeJSONResponse(None).render(message).decode("utf-8"))
 
 
-async def session(ws: WebSocket, table: InstanceTable, splits: dict[str, list[int]]) -> None:
+async def session(
+    ws: WebSocket, table: InstanceTable, splits: dict[str, list[int]], idle_limit: float
+) -> None:
     """Serve one connection: its instance lives exactly as long as the socket (a client that goes
-    away mid-episode frees it, as one that sends `close` does)."""
+    away mid-episode frees it, as one that sends `close` does, or one silent for `idle_limit` s)."""
     await ws.accept()
     if "session_id" in ws.query_params:  # OpenEnv's attach to an MCP session: there are none here
         await send(
@@ -248,7 +269,7 @@ async def session(ws: WebSocket, table: InstanceTable, splits: dict[str, list[in
         await ws.close(code=1008)
         return
     try:
-        instance = await table.create()
+        instance = await table.create_session()
     except Exception as e:  # a full table (503), a constructor that timed out (504) or raised
         status = e.status if isinstance(e, EnvError) else 500
         extra = {"retry_after": RETRY_AFTER} if status == 503 else {}
@@ -258,7 +279,14 @@ async def session(ws: WebSocket, table: InstanceTable, splits: dict[str, list[in
     talk = Session(table, instance, splits)
     try:
         while True:
-            message = await ws.receive()
+            try:
+                message = await asyncio.wait_for(ws.receive(), idle_limit)
+            except asyncio.TimeoutError:  # it answers pings and says nothing: its instance goes back
+                await table.close(instance)
+                said = f"no message for {idle_limit:g} s (--idle-limit): the session is closed"
+                await send(ws, ws_error(said, "SESSION_ERROR", 408))
+                await ws.close(code=1008)
+                return
             if message["type"] == "websocket.disconnect":
                 return
             reply = await talk.answer(message.get("text") or message.get("bytes"))
@@ -293,20 +321,20 @@ def add_openenv(app: FastAPI, name: str) -> FastAPI:
 
     @app.websocket("/ws")
     async def ws_session(ws: WebSocket):
-        await session(ws, table, splits)
+        await session(ws, table, splits, app.state.idle_limit)
 
     async def reset_once(body: ResetBody) -> SafeJSONResponse:
         """OpenEnv's HTTP /reset is stateless: an instance made for it, reset, answered, closed."""
-        fields = dict(
-            body.model_extra or {}
-        )  # OpenEnv's keys, and this dialect's task keys (`idx` is refused)
+        fields = dict(body.model_extra or {})  # OpenEnv's keys, and this dialect's (`idx` is refused)
         fields.update({k: getattr(body, k) for k in body.model_fields_set - {"id", "env_idx"}})
+        if fields.keys() - ResetData.model_fields.keys():  # (before pydantic: see read_message)
+            raise EnvError(f"OpenEnv's /reset takes only the keys {sorted(ResetData.model_fields)}", 422)
         try:
-            data = ResetData(**fields)
+            data = ResetData.model_validate(fields)
         except ValidationError as e:
             raise EnvError(describe_validation(e.errors()), 422) from None
         task = task_of(data, splits)
-        instance = await table.create()
+        instance = await table.create_session()  # (a key, not a number: no HTTP call can reach it)
         try:
             return SafeJSONResponse(openenv_answer(await table.call(instance, "reset", task)))
         finally:
@@ -365,11 +393,11 @@ def add_task_api(app: FastAPI, name: str, splits: dict[str, list[int]]) -> None:
 
     def ids(env_name: str, split: str) -> list[int]:
         if env_name.lower() != name.lower():
-            raise EnvError(f"unknown environment {env_name[:100]!r}; this server is {name!r}", 404)
+            raise EnvError(f"unknown environment; this server is {name!r}", 404)
         if not splits:
             raise EnvError(f"{name} has no task splits", 501)
         if split not in splits:
-            raise EnvError(f"no split {split!r}; the splits are {sorted(splits)}")
+            raise EnvError(f"no such split; the splits are {sorted(splits)}")
         return splits[split]
 
     @app.get("/list_environments")

@@ -236,6 +236,24 @@ def test_garbage_http_and_half_open_sockets(target):
     t.still_serves()
 
 
+def test_error_answers_echo_no_key_and_stay_small(target):
+    """Nothing of a bad request comes back, its keys included, and no error answer is large: a
+    200,000-character key, 70,000 unknown keys, a batch whose 1,024 items are all wrong."""
+    t, mark = target, "zq"  # (never in a server's own words)
+    bodies = [
+        ("/create", {mark * 100_000: 1}),
+        ("/create", {f"{mark}{i}": 0 for i in range(70_000)}),
+        ("/step_batch", [{"id": mark, "action": 5}] * 1024),
+        ("/reset", {"id": t.id, "data_idx": {mark * 100_000: 1}}),
+        ("/expert", {"session": mark * 1000}),
+    ]
+    for path, body in bodies:
+        r = t.post(path, body)
+        assert_4xx_json(r, 422)
+        assert len(r.content) < 1200 and mark not in r.text, (path, len(r.content), r.text[:300])
+    t.still_serves()
+
+
 def test_answers_are_always_valid_json(target):
     """An action with unusual Unicode comes back in the observation (e.g. echoed) as valid JSON."""
     t = target

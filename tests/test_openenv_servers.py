@@ -3,7 +3,7 @@
 `openenv.core.GenericEnvClient`, the client class of the `openenv` package from PyPI
 (requirements-openenv.txt, installed with --no-deps), plays whole episodes on all five servers over
 its WebSocket session: the task picked through OpenEnv's task API (split, index), each action the
-server's expert's (POST /expert on the session's instance), to success. The same task gives the same
+server's expert's (POST /expert with the session's key), to success. The same task gives the same
 observations, rewards and done flags in OpenEnv's dialect, this project's and AgentGym's; a bad
 action gets the server's message, the same in each."""
 
@@ -57,9 +57,9 @@ def openenv_episode(url: str, split: str, index: int, horizon: int = 60) -> tupl
     with GenericEnvClient(base_url=url).sync() as env:
         result = env.reset(split=split, index=index)
         seen.append((result.observation["text"], result.reward, result.done))
-        instance = env.state()["instance"]
+        session = env.state()["session"]  # the one HTTP call a session's instance answers
         for _ in range(horizon):
-            advice = requests.post(url + "/expert", json={"id": instance}, timeout=60)
+            advice = requests.post(url + "/expert", json={"session": session}, timeout=60)
             assert advice.status_code == 200, advice.text
             actions.append(advice.json()["action"])
             result = env.step({"action": actions[-1]})
