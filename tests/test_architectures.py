@@ -1,10 +1,12 @@
 """Any causal LM a user picks runs the whole loop: random tiny configs of the architectures people
-train agents on, each through the rollout's prefill (kv_cache.encode), the update's prompt pass
-(logprobs.prompt_pass, shared prompts included) and one training step of train.py. The fast path
-of a prompt's last layer (kv_cache.last_column_only) knows Llama and Qwen2 layers; every other
-model runs its plain forward, and either way the tokens, log-probs and cache are the plain
-forward's. (GPT-2, Falcon, Bloom and MPT keep their blocks elsewhere than `.layers`: reading
-`.layers` first crashed them in both places.)"""
+train agents on, each through the rollout's prefill (kv_cache.encode), the update's shared-prompt
+pass (logprobs.prompt_pass: each prompt once, every row's rest on its cache) and one training step
+of train.py. The fast path of a prompt's last layer (kv_cache.last_column_only) knows Llama and
+Qwen2 layers; every other model runs its plain forward, and either way the tokens, log-probs and
+cache are the plain forward's. The update's half samples its episodes: greedy ones of a task are
+identical rows, merged before the update, so no prompt would be shared. A sliding window runs
+every row whole (logprobs.one_pass_only). (GPT-2, Falcon, Bloom and MPT keep their blocks
+elsewhere than `.layers`: reading `.layers` first crashed them in both places.)"""
 
 import contextlib
 import json
@@ -15,7 +17,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 import tiny
 from agent import rollout
-from batch import make_batch, token_logprobs
+from batch import make_batch, token_logprobs, unique_rows
 from envs import ENVS, EnvPool
 from machinery import kv_cache, logprobs
 from train import Config, train
@@ -27,7 +29,7 @@ ARCHITECTURES = {
     "llama": GQA,
     "qwen2": GQA,
     "qwen3": GQA,
-    "mistral": GQA,
+    "mistral": dict(GQA, sliding_window=None),  # Mistral v0.2 on: no window
     "mistral-window": dict(GQA, sliding_window=16),  # its cache keeps only the last 16 columns
     "gemma2": dict(GQA, sliding_window=16),  # every other layer a window; softcapped logits
     "gemma3_text": dict(GQA, sliding_window=16),
@@ -99,11 +101,11 @@ def cut_calls(model) -> list[bool]:
 
 
 @pytest.mark.parametrize("kind", list(ARCHITECTURES))
-def test_the_prefill_and_the_prompt_pass_give_the_plain_forwards_tokens_and_logprobs(tiny_path, pool, kind):
-    """Two-turn episodes of a GRPO group (each task twice, so the update shares prompts): the
-    rollout with the fast path and with the plain forward sample the same tokens with the same
-    log-probs, and the update's log-probs of those tokens, either way, are the rollout's. The fast
-    path ran (a last block that computed one column a row) exactly where it knows the layer."""
+def test_the_prefill_gives_the_plain_forwards_tokens_and_logprobs(tiny_path, pool, kind):
+    """Two-turn greedy episodes of a GRPO group (each task twice, so the prefill shares prompts):
+    the rollout with the fast path and with the plain forward sample the same tokens with the same
+    log-probs. The fast path ran (a last block that computed one column a row) exactly where it
+    knows the layer."""
     policy = policy_on(tiny_path, kind)
     spec, tasks = ENVS["babyai"], [t for t in ENVS["babyai"].splits["test"][:3] for _ in range(2)]
     calls = cut_calls(policy.model)
@@ -118,13 +120,48 @@ def test_the_prefill_and_the_prompt_pass_give_the_plain_forwards_tokens_and_logp
     for a, b in zip(rows(fast), rows(plain)):
         torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4, rtol=0)
 
-    batch = make_batch(fast, policy.tokenizer.pad_token_id)
+
+def sampled_batch(policy, pool):
+    """A GRPO group of two sampled two-turn episodes for each of 3 tasks: a group's rows share
+    their first observation (the update's shared prompt) and then part. (Greedy episodes of a task
+    are identical rows, which `batch.unique_rows` merges before the update: no prompt is shared.)"""
+    spec, tasks = ENVS["babyai"], [t for t in ENVS["babyai"].splits["test"][:3] for _ in range(2)]
+    policy.temperature = 1.0
+    torch.manual_seed(0)
+    trajs = rollout(policy, pool, spec, tasks, horizon=2, groups=[0, 0, 1, 1, 2, 2])
+    return make_batch(trajs, policy.tokenizer.pad_token_id)
+
+
+@pytest.mark.parametrize("kind", list(ARCHITECTURES))
+def test_the_update_runs_each_shared_prompt_once_and_gives_the_plain_forwards_logprobs(
+    tiny_path, pool, kind, monkeypatch
+):
+    """The update's log-probs of sampled episodes (3 first observations, each shared by 2 rows
+    that differ after it): each prompt runs once (logprobs.prompt_pass) and every row's rest on
+    its cache, with the fast path and with the plain forward, and both give the plain full
+    forward's log-probs (logprobs.full_logprobs) and the rollout's. A sliding window runs every
+    row whole instead (logprobs.one_pass_only): its cache keeps only the window."""
+    policy = policy_on(tiny_path, kind)
+    batch = sampled_batch(policy, pool)
+    assert len(unique_rows(batch)[0]) == len(batch) == 6  # no row merged away before the update
+    ran, prompt_pass = [], logprobs.prompt_pass  # per shared-prompt pass, how many prompts it ran
+    monkeypatch.setattr(logprobs, "prompt_pass", lambda d, p, *a: ran.append(len(p)) or prompt_pass(d, p, *a))
+    calls = cut_calls(policy.model)
     m = batch.loss_mask.bool()
     with torch.no_grad():
+        ref, _ = logprobs.full_logprobs(policy.model, batch.input_ids, batch.attention_mask)
+        calls.clear()
         update_fast, _ = token_logprobs(policy.model, batch)
+        shared = 0 if kv_cache.sliding(policy.model) else 3  # the distinct prompts
+        assert sum(ran) == shared, ran
+        assert sum(calls) == (len(ran) if kind in FAST else 0), calls  # one cut pass per prompt_pass
+        ran.clear()
+        calls.clear()
         with plain_forward():
             update_plain, _ = token_logprobs(policy.model, batch)
-    torch.testing.assert_close(update_fast[m], update_plain[m], atol=1e-4, rtol=0)
+        assert sum(ran) == shared and not any(calls)
+    torch.testing.assert_close(update_fast[m], ref[m], atol=1e-4, rtol=0)
+    torch.testing.assert_close(update_plain[m], ref[m], atol=1e-4, rtol=0)
     torch.testing.assert_close(update_fast[m], batch.old_logprobs[m], atol=2e-4, rtol=0)
 
 

@@ -4,9 +4,12 @@ picks the same tokens with the same log-probs as the rollout that encodes every 
 and prompts of very different lengths prefilled in length buckets give what each prompt alone
 gives. For the tiny policy and for a randomly initialised small Llama (another architecture).
 And a prompt's last layer computed at its last column only (`last_column_only`) gives the plain
-forward's logits and cache, and leaves a model it does not know to its plain forward."""
+forward's logits and cache, and leaves a model it does not know to its plain forward. A decode
+step of a model whose attention SDPA cannot run (Gemma 2's soft cap, gpt-oss's sinks) gives the
+plain forward's logits through the model's own eager attention."""
 
 import contextlib
+import sys
 
 import pytest
 import torch
@@ -256,3 +259,48 @@ def test_a_model_it_does_not_know_runs_its_plain_forward(kind, attention, extra)
     with torch.no_grad(), last_column_only(model):
         out = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=1)
     assert seen == [3 * 14] and out.logits.shape == (3, 1, 97)
+
+
+@pytest.mark.parametrize(
+    "kind, extra",
+    [
+        # scores of about 0.006, which a cap of 0.01 bends; a window wider than the streams: the full
+        # layer decodes from a reserved room (ReservedLayer), and narrower: the window's last columns
+        ("gemma2", dict(attn_logit_softcapping=0.01, sliding_window=64)),
+        ("gemma2", dict(attn_logit_softcapping=0.01, sliding_window=6)),
+        ("gpt_oss", dict(num_local_experts=4, num_experts_per_tok=2, sliding_window=6)),  # a sink per head
+    ],
+    ids=["gemma2-softcap", "gemma2-softcap-window", "gpt_oss-sinks"],
+)
+def test_decode_attention_with_a_soft_cap_or_sinks_gives_the_plain_forwards_logits(kind, extra, monkeypatch):
+    """SDPA takes neither a soft cap on the attention scores nor sink logits, so `decode_attention`
+    hands such a model's attention to the model's own eager attention, SDPA's boolean mask made
+    additive. Left-padded prompts of different lengths, then 4 greedy one-token steps: every
+    step's logits are the plain forward's over each whole stream alone, and each step's attention
+    went through that branch. (These logits move by over 1e-3 without the cap, 0.17 without the
+    sinks, and 0.07 with the mask left boolean, which eager attention adds as 0s and 1s.)"""
+    from machinery.kv_cache import Decoder, prefill, use_decode_attention
+
+    model = small_model(kind, "eager", head_dim=16, **extra)
+    modeling = sys.modules[type(model.get_decoder().layers[0].self_attn).__module__]
+    steps, eager = [], modeling.eager_attention_forward
+    monkeypatch.setattr(
+        modeling,
+        "eager_attention_forward",
+        lambda m, q, *a, **kw: steps.append(q.shape[2]) or eager(m, q, *a, **kw),
+    )
+    ids, attn, _ = padded_prompts([9, 14, 5], 14)
+    streams = [row[a.bool()].tolist() for row, a in zip(ids, attn)]
+    use_decode_attention(model)
+    with torch.no_grad():
+        logits, state = prefill(model, streams, [0, 0, 0], None, 0, "cpu")
+        step, got = Decoder(model, state, 4), [logits]
+        for _ in range(4):
+            nxt = got[-1].argmax(-1)
+            streams = [s + [t] for s, t in zip(streams, nxt.tolist())]
+            got.append(step(nxt, [1, 1, 1]))
+        assert steps.count(1) == 4 * 2  # every step, every layer: the eager branch
+        model.set_attn_implementation("eager")
+        for b, s in enumerate(streams):
+            plain = model(input_ids=torch.tensor([s])).logits[0, -5:]  # (5, V): the prompt's last, 4 steps
+            torch.testing.assert_close(torch.stack([g[b] for g in got]), plain, atol=1e-5, rtol=1e-5)
