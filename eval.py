@@ -225,7 +225,7 @@ def evaluate(
 
 
 def evaluate_in_training(run, when: str, step: int = 0) -> dict:
-    """The policy of train.py's `run` (its train.Run) on the held-out test tasks (and the binding
+    """The policy of train.py's `run` (its loop.run.Run) on the held-out test tasks (and the binding
     probe, with --probe-every) at one occasion: "before" training (summary's eval_before,
     probe_before), after training ("after": eval_after), or at `step` of it ("step": every
     --eval-every steps but the last, whose evaluation is eval_after, and the probe every
