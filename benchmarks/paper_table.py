@@ -19,12 +19,14 @@ on (envs/tasks.py: each environment's train / val / test):
   once on the same test episodes (the same tasks x samples at the same evaluation seed), and the
   gain is RL minus the best imitation checkpoint, paired over the test tasks (each task's figure
   averaged over its samples and the RL seeds) +- its standard error over tasks, and beside it the
-  error that also counts the seeds' own spread (`seeds_aware_se`: SE_tasks^2 + sigma_seeds^2 / k),
-  which "> 2 SE" is judged on.
+  error that also counts the seeds' own spread (`paper_records.paired`: SE_tasks^2 +
+  sigma_seeds^2 / k), bold past a t quantile for its degrees of freedom (`paper_records.bar`; 4.3
+  SE where 3 seeds' spread is all of it, about 2 where they agree).
 
 One command per row; each stage is one of the project's own commands, printed before it runs, and
-skipped when its output exists (an interrupted recipe continues where it stopped, an RL run from
-its last checkpoint, saved every 2 steps):
+skipped when it is done, provided that it ran the same command (an interrupted recipe continues
+where it stopped, an RL run from its last checkpoint, saved every 2 steps; a stage done with
+another command stops the row with the difference):
 
     python benchmarks/paper_table.py --env babyai                 # demos ... RL x 3 seeds, test
     python benchmarks/paper_table.py --env searchqa --seeds 0     # one seed
@@ -44,12 +46,14 @@ evaluates it; any other model trains with REAL_MODEL_FLAGS (the memory plan's fl
 3B on one GPU) and SFT at sft.py's own learning rate for a real model, and writes under
 runs/paper-<model> unless --root says where (docs/paper-table.md, "Any model").
 
-A lever (more RL steps, another horizon, ...) is judged on validation before any test episode: a
-copy of the row's imitation stages (skipped, not rerun), RL with the lever, then RL against RL
-paired over the val tasks; the test episodes run once the lever is chosen (without --val-only):
+A lever (more RL steps, another horizon, ...) is judged on validation before any test episode: the
+row's stages whose commands the lever leaves alone taken from the row (--reuse: their records and
+outputs, listed with their revision in <records>/reused.json), RL with the lever, then RL against
+RL paired over the val tasks, both arms' seeds counted; the test episodes run once the lever is
+chosen (without --val-only):
 
-    mkdir -p runs/steps24 && cp -r runs/paper/textcraft runs/steps24/ && rm -rf runs/steps24/textcraft/*rl_s*
-    python benchmarks/paper_table.py --env textcraft --root runs/steps24 --rl-steps 24 --val-only
+    python benchmarks/paper_table.py --env textcraft --root runs/steps24 --reuse runs/paper --rl-steps 24 \
+      --val-only
     python benchmarks/paper_table.py --env textcraft --root runs/steps24 --compare runs/paper
 
 Stages (under --root/<env>/): demos/ (the expert on the train split, eval.py --expert on), sft/
@@ -79,7 +83,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import paper_records  # noqa: E402 (benchmarks/, beside this file)
-from paper_records import STUDY, seeds_aware_se  # noqa: E402
+from paper_records import STUDY, Paired, paired, seeds_aware_se  # noqa: E402,F401
 
 FREE = "--mask-actions off --context-turns 0 --max-new-tokens 64"
 
@@ -179,17 +183,29 @@ NAMES = {"babyai": "BabyAI", "textcraft": "TextCraft", "searchqa": "Deep Search"
 
 def stage(root: str, name: str, command: str, extra=(), done: str = "") -> None:
     """Run `python <command> <extra>` unless stage `name` is done: its record exists (a row that
-    keeps records: paper_records.py) or, without one, `done` (default <root>/<name>/summary.json)
-    does. Log to <root>/<name>.log, its wall time to <root>/times.json and the record. Before it
-    runs, every earlier stage whose output its command reads is rebuilt if runs/ lacks it."""
+    keeps records: paper_records.py), a lever takes it from its row (--reuse), or, without either,
+    `done` (default <root>/<name>/summary.json) does. A stage found done must have run this very
+    command (its record's, or its output folder's stamp, --resume aside), else the row stops with
+    the difference. Log to <root>/<name>.log, its wall time to <root>/times.json and the record.
+    Before it runs, every earlier stage whose output its command reads is rebuilt if runs/ lacks it."""
     done = done or os.path.join(root, name, "summary.json")
     argv = shlex.split(command) + list(extra)
     STUDY.stages[name] = (root, argv, done)
+    folder, top = os.path.join(root, name), os.path.dirname(root)  # top: the --root, <root> in records
     recorded = STUDY.records and os.path.exists(paper_records.record_path(name))
-    if recorded or os.path.exists(done):
-        if STUDY.records and not recorded:  # ran before the row kept records: record it now
+    if not recorded and STUDY.records and STUDY.reuse:  # a lever: the row's stage, if the same
+        recorded = paper_records.reuse(name, argv, folder, inputs(root, name, argv))
+    if recorded:
+        rec = paper_records.load(paper_records.record_path(name))
+        paper_records.check_command(name, argv, top, rec, f"its record {paper_records.record_path(name)}")
+        return
+    if os.path.exists(done):
+        made = paper_records.read_stamp(folder)  # what made it, if this runner did (a copy keeps it)
+        if made:
+            paper_records.check_command(name, argv, top, made, f"{folder}/stage.json")
+        if STUDY.records:  # ran before the row kept records, or copied in: record it now, as it was made
             times = read_times(root)
-            paper_records.write_record(os.path.join(root, name), name, argv, times.get(name))
+            paper_records.write_record(folder, name, argv, times.get(name), made=made or {})
         return
     if not paper_records.fits(name):
         return
@@ -198,20 +214,22 @@ def stage(root: str, name: str, command: str, extra=(), done: str = "") -> None:
     seconds = run(root, name, argv)
     STUDY.finished.append((name, seconds))
     if STUDY.records:
-        paper_records.write_record(os.path.join(root, name), name, argv, seconds)
+        paper_records.write_record(folder, name, argv, seconds)
 
 
-def run(root: str, name: str, argv: list[str]) -> float:
-    """One stage's command, in the row's code (STUDY.cwd), logged; its wall time in times.json."""
+def run(root: str, name: str, argv: list[str], code: tuple[str, str] | None = None) -> float:
+    """One stage's command in the row's code (`code`: (revision, worktree), default the row's pin),
+    logged; its wall time in times.json, and a stamp of what made it in its output folder."""
+    revision, cwd = code or (STUDY.revision, STUDY.cwd)
     print("$ python", shlex.join(argv), flush=True)
     t0 = time.time()
     with open(os.path.join(root, f"{name}.log"), "w") as log:
-        code = STUDY.cwd  # the row's pinned revision
-        subprocess.run([sys.executable, *argv], cwd=code, stdout=log, stderr=subprocess.STDOUT, check=True)
+        subprocess.run([sys.executable, *argv], cwd=cwd, stdout=log, stderr=subprocess.STDOUT, check=True)
     seconds = round(time.time() - t0, 1)
     times = read_times(root)
     times[name] = seconds
     json.dump(times, open(os.path.join(root, "times.json"), "w"), indent=1)
+    paper_records.stamp(os.path.join(root, name), argv, revision)
     return seconds
 
 
@@ -228,14 +246,15 @@ def inputs(root: str, name: str, argv: list[str]) -> list[str]:
 
 def rebuild(name: str) -> None:
     """Stage `name`'s outputs back in runs/ when they are gone: its own inputs first, then its command
-    at the row's pinned revision, checked against its record (paper_records.check_rebuild); then the
-    files the recipe makes from them (`derive`). Nothing is chosen again."""
+    at its record's revision (the row's pin, or the row's that a lever reused it from), checked
+    against its record (paper_records.check_rebuild); then the files the recipe makes from them
+    (`derive`). Nothing is chosen again."""
     root, argv, done = STUDY.stages[name]
     if not os.path.exists(done):
         for needed in inputs(root, name, argv):
             rebuild(needed)
         print(f"(rebuilding {name}: a later stage reads it and runs/ lacks it)", flush=True)
-        run(root, name, argv)
+        run(root, name, argv, paper_records.code_for(name))
         if STUDY.records and os.path.exists(paper_records.record_path(name)):
             paper_records.check_rebuild(os.path.join(root, name), name)
     for path, (source, make) in STUDY.derived.items():
@@ -339,7 +358,9 @@ def recipe(
     rl_tasks = pool
     if r.get("pick"):  # RL's tasks: those the best imitation checkpoint solves sometimes, not always
         evaluate(f"pick_{best}", f"{d}/{best}/checkpoint", pool, (r["pick"], PICK_SAMPLES))
-        rl_tasks = informative(os.path.join(d, f"pick_{best}"))
+        if summary_of(d, f"pick_{best}") or not STUDY.dry:
+            rl_tasks = informative(os.path.join(d, f"pick_{best}"))
+        # else the budget ended before the pick: the stages after it are only listed, none runs
     picked = f"--train-task-ids {ids_of(rl_tasks)}" if r.get("disjoint") or r.get("pick") else ""
     steps = r.get("steps", 8)
 
@@ -460,7 +481,7 @@ def stage_names(d: str) -> set[str]:
     its recipe runs."""
     places = [d] + ([STUDY.records] if STUDY.records and os.path.abspath(d) == STUDY.runs else [])
     found = {f.removesuffix(".json") for p in places if os.path.isdir(p) for f in os.listdir(p)}
-    return found - {"row", "times"}
+    return found - {"row", "times", "reused"}
 
 
 def provenance(d: str) -> str:
@@ -524,7 +545,9 @@ def rl_runs(d: str, split: str) -> list[str]:
 def compare(env: str, before: str, after: str) -> str:
     """A lever judged on validation: RL in recipe `after` (another --root, e.g. with --rl-steps 24)
     against RL in `before`, from each seed's val_rl_s<seed>/ evaluation; paired over the val tasks
-    (per task, the figure averaged over samples and seeds), never reading a test split."""
+    (per task, the figure averaged over samples and seeds), never reading a test split. Its ±
+    counts both arms' seeds (paper_records.paired): each arm's seeds are one draw of many, and
+    over tasks alone "> 2 SE" fired in 26-69% of trials for a lever that changes nothing."""
     metric = metric_of(env)
     runs = {}
     for root in (before, after):
@@ -532,16 +555,18 @@ def compare(env: str, before: str, after: str) -> str:
         runs[root] = [per_task(os.path.join(d, f"val_{n}"), metric) for n in rl_runs(d, "val")]
         if not runs[root]:
             raise SystemExit(f"{d}: no val_rl_s<seed>/ evaluation yet (run its recipe first)")
-    tasks = sorted(set.intersection(*(set(seed) for seeds in runs.values() for seed in seeds)))
-    per = {root: {t: statistics.mean(seed[t] for seed in runs[root]) for t in tasks} for root in runs}
-    gain = paired_gain([per[after]], per[before])
+    gain = paired(runs[after], runs[before])
     if gain is None:
         raise SystemExit(f"{before} and {after}: fewer than 2 val tasks in common, nothing to pair")
-    m, se, n = gain
+    tasks = set.intersection(*(set(seed) for seeds in runs.values() for seed in seeds))
+    level = {
+        root: mean_of({t: statistics.mean(seed[t] for seed in runs[root]) for t in tasks}) for root in runs
+    }
     return (
         f"{NAMES[env]} on validation, RL seeds {len(runs[before])} and {len(runs[after])}: "
-        f"{before} {100 * mean_of(per[before]):.1f} -> {after} {100 * mean_of(per[after]):.1f}: "
-        f"{100 * m:+.1f} ± {100 * se:.1f} paired over {n} tasks"
+        f"{before} {100 * level[before]:.1f} -> {after} {100 * level[after]:.1f}: {signed(gain)} "
+        f"paired over {gain.tasks} tasks, both arms' seeds counted (bold past {gain.bar:.2f} SE; "
+        f"over tasks only ± {100 * gain.se_tasks:.1f})"
     )
 
 
@@ -580,7 +605,7 @@ def row(env: str, root: str) -> dict | None:
         rl=[mean_of(test[n]) for n in seeds],
         rl_val=[mean_of(per_task(os.path.join(d, f"val_{n}"), metric)) for n in rl_runs(d, "val")],
         gain=paired_gain(rl_by_task, test[best]),
-        gain_se_seeds=seeds_aware_se(rl_by_task, test[best]),
+        gain_seeds=paired(rl_by_task, [test[best]]),  # counting RL's seeds: the bold mark's
         # self-training (the round chosen on validation): its test and val figures, RL minus it
         self_training=(
             chosen,
@@ -589,9 +614,7 @@ def row(env: str, root: str) -> dict | None:
         )
         if tested
         else None,
-        over_self=(paired_gain(rl_by_task, test[chosen]), seeds_aware_se(rl_by_task, test[chosen]))
-        if tested
-        else None,
+        over_self=paired(rl_by_task, [test[chosen]]) if tested else None,
         valid=(  # (valid, replies): the best imitation checkpoint's, then the RL seeds' summed
             valid_share(d, f"test_{best}"),
             (sum(v for v, _ in valid), sum(n for _, n in valid)),
@@ -601,17 +624,19 @@ def row(env: str, root: str) -> dict | None:
     )
 
 
-def signed(m: float, se: float) -> str:
-    """'+m ± se' in points, in bold beyond two standard errors."""
-    mark = "**" if abs(m) > 2 * se else ""
-    return f"{mark}{100 * m:+.1f} ± {100 * se:.1f}{mark}"
+def signed(gain: Paired) -> str:
+    """'+m ± se' in points, in bold past its bar: |m| > bar * se, bar the t quantile for the error's
+    degrees of freedom (paper_records.bar: about 2 with no seed spread, 4.3 where 3 seeds' spread is
+    all of it), so that a bold mark is a 5% false alarm when nothing changed."""
+    mark = "**" if abs(gain.mean) > gain.bar * gain.se else ""
+    return f"{mark}{100 * gain.mean:+.1f} ± {100 * gain.se:.1f}{mark}"
 
 
 def table(root: str) -> str:
     head = (
         "| environment (test episodes) | expert (train) | base SmolLM2 | imitation on test (val) "
         "| best imitation's pass@1 -> pass@8 (val) | SFT + RL, each seed | RL - best imitation, paired "
-        "| ± counting seeds | self-training on test (val) "
+        "| ± counting seeds, bold past t SE | self-training on test (val) "
         "| RL - self-training, paired, ± counting RL's seeds (self-training: one run, spread not counted) "
         "| valid replies, best imitation -> RL | RL time per seed | paper 7B base -> RL "
         "| revision, CPU, machine hours |\n"
@@ -631,13 +656,12 @@ def table(root: str) -> str:
         if f["gain"]:  # over tasks (the seeds averaged per task), then counting the seeds too
             m, se, n = f["gain"]
             gain = f"{100 * m:+.1f} ± {100 * se:.1f} ({n} tasks)"
-            seeds_aware = f"{signed(m, f['gain_se_seeds'])} ({len(f['rl'])} seeds)"
+            seeds_aware = f"{signed(f['gain_seeds'])} ({len(f['rl'])} seeds, t {f['gain_seeds'].bar:.1f})"
         if f["self_training"]:
             name, on_test, on_val = f["self_training"]
             self_cell = f"{name} {pts(on_test)} ({pts(on_val)})"
-        if f["over_self"] and f["over_self"][0]:
-            (m, _, n), both = f["over_self"]
-            over_self = f"{signed(m, both)} ({n} tasks)"
+        if f["over_self"]:
+            over_self = f"{signed(f['over_self'])} ({f['over_self'].tasks} tasks, t {f['over_self'].bar:.1f})"
         rl = ", ".join(pts(x) for x in f["rl"]) or "-"
         if len(f["rl"]) > 1:
             rl += f" (mean {mean_se(f['rl'])})"
@@ -709,6 +733,12 @@ def main(argv=None):
         "the CPU row, <root>/records for another --root or --model; 'none': keep no records)",
     )
     p.add_argument(
+        "--reuse",
+        metavar="ROOT",
+        help="a lever's folder: take each stage whose command is the one this folder would run from the "
+        "row in ROOT (its record, unchanged, and its outputs), listed in <records>/<env>/reused.json",
+    )
+    p.add_argument(
         "--pin",
         help="the revision a new row's stages run at, in a git worktree (default: this checkout's HEAD; "
         "a row already started keeps the revision in its row.json)",
@@ -767,6 +797,13 @@ def main(argv=None):
         if args.records != "none":
             STUDY.records = os.path.join(args.records, args.env)
             STUDY.revision, STUDY.cwd = paper_records.pin(STUDY.records, args.pin, os.path.join(ROOT, "runs"))
+        if args.reuse:  # the row's records: docs/paper-table for runs/paper (the CPU row), else ROOT/records
+            row_root = os.path.abspath(args.reuse)
+            cpu_row = row_root == os.path.abspath(default_root) and args.model == BASE
+            row_records = paper_records.RECORDS if cpu_row else os.path.join(row_root, "records")
+            if args.records == "none" or row_root == args.root:
+                p.error("--reuse needs records of its own and another --root than the row's")
+            STUDY.reuse = (os.path.join(row_records, args.env), os.path.join(row_root, args.env))
         STUDY.deadline = time.time() + 60 * args.budget if args.budget else math.inf
         recipe(args.env, args.root, seeds, extra, args.val_only, args.model)
         print(paper_records.report())
