@@ -24,8 +24,19 @@ the `openenv` package or its dependencies (tests/test_openenv_train.py checks it
     OpenEnvPool     EnvPool's interface (reset, step, close) over one WebSocket per slot, all slots
                     in flight at once on a thread pool. The observation's text is the user's message,
                     its other fields (e.g. `available_actions`, for action masking) ride along; a
-                    failed session ends that episode with `error` set and is opened afresh at the
-                    next reset, as EnvPool does with a failed request.
+                    failed session (the server's `{"type": "error"}` answer, a broken or silent
+                    socket) ends that episode with `error` set and is opened afresh at the next
+                    reset, as EnvPool does with a failed request. Only such a failure sets `error`:
+                    an observation's own field of that name (BrowserGym's: the last action's fault)
+                    rides along as `observation_error`, since the trainer leaves an episode with
+                    `error` out of the update and the success rate. A slot's session that the
+                    server closed while it waited (its idle limit) is opened afresh at its reset.
+
+Two runs of one command repeat each other: the sockets send no keepalive pings. websockets' client
+pings every 20 s from a background thread, each ping's payload drawn from Python's global `random`,
+the stream train.py draws each step's tasks from: how many pings fell between two steps depended on
+the clock, and runs parted after their first 20 s (tests/test_openenv_repeats.py). A dead server
+still ends the episode: every answer is awaited at most `timeout` seconds.
 """
 
 import bisect
@@ -36,6 +47,7 @@ from functools import lru_cache
 
 import requests
 from websockets.exceptions import WebSocketException
+from websockets.protocol import State
 from websockets.sync.client import connect
 
 from envs.tasks import EnvSpec, whole_reply
@@ -98,8 +110,27 @@ def task_splits(base: str, get) -> tuple[tuple[str, int], ...]:
     splits = get(f"/{name}/splits")
     if splits.status_code != 200:  # 501: the environment has no task methods
         return ()
-    count = lambda s: requests.post(f"{base}/{name}/num_tasks", json={"split": s}, timeout=30).json()  # noqa: E731
-    return tuple((s["name"], int(count(s["name"])["num_tasks"])) for s in splits.json())
+    return tuple((s["name"], count_tasks(base, name, s["name"])) for s in splits.json())
+
+
+def count_tasks(base: str, name: str, split: str) -> int:
+    """The number of tasks in `split`: POST /<name>/num_tasks, or, for an environment that lists its
+    splits without `num_tasks` (OpenEnv answers 501), the length of its listing (POST /<name>/tasks);
+    a ValueError naming what is missing when it has neither."""
+    said = []
+    for path in ("num_tasks", "tasks"):  # {"num_tasks": n}, {"tasks": [...]}
+        answer = requests.post(f"{base}/{name}/{path}", json={"split": split}, timeout=30)
+        body = answer.json() if answer.status_code == 200 else None
+        found = body.get(path) if isinstance(body, dict) else None
+        if path == "num_tasks" and isinstance(found, int) and not isinstance(found, bool):
+            return found
+        if path == "tasks" and isinstance(found, list):
+            return len(found)
+        said.append(f"POST /{name}/{path} answers {answer.status_code}")
+    raise ValueError(
+        f"the OpenEnv environment at {base} lists the split {split!r} but does not say how many tasks "
+        f"it holds ({'; '.join(said)}): give the environment `num_tasks(split)` (or `list_tasks(split)`)"
+    )
 
 
 def spec_of(info: OpenEnvInfo) -> EnvSpec:
@@ -143,6 +174,8 @@ def read_observation(info: OpenEnvInfo, data: dict) -> dict:
         text = str(observation.pop(info.text_field, ""))
     else:
         text = json.dumps(observation, ensure_ascii=False)
+    if "error" in observation:  # the observation's own word (a wrong action's), not a failed session
+        observation["observation_error"] = observation.pop("error")
     return {
         **observation,
         "observation": text,
@@ -167,9 +200,7 @@ class OpenEnvPool:
         """Send one message on the slot's session (opened if need be) and read its answer; an error
         ends the episode with `error` set and drops the session (a new one opens at the next reset)."""
         try:
-            if self.sockets[slot] is None:
-                ws_url = self.info.url.replace("http", "ws", 1) + "/ws"
-                self.sockets[slot] = connect(ws_url, open_timeout=self.timeout, max_size=None, legacy=True)
+            self._open(slot, fresh=message["type"] == "reset")
             self.sockets[slot].send(json.dumps(message))
             answer = json.loads(self.sockets[slot].recv(timeout=self.timeout))
             if answer.get("type") == "error":
@@ -179,6 +210,17 @@ class OpenEnvPool:
             said = self._last_word(slot) or str(e)  # OpenEnv's "Server at capacity", not "received 1000 (OK)"
             self._drop(slot)
             return {"observation": f"[environment error: {said}]", "reward": 0.0, "done": True, "error": said}
+
+    def _open(self, slot: int, fresh: bool) -> None:
+        """The slot's session, opened if it has none; `fresh` (a reset): also if the server closed it
+        meanwhile (its idle limit: a slot that only the evaluations use waits through the training)."""
+        if fresh and self.sockets[slot] is not None and self.sockets[slot].state is not State.OPEN:
+            self._drop(slot)
+        if self.sockets[slot] is None:
+            ws_url = self.info.url.replace("http", "ws", 1) + "/ws"
+            self.sockets[slot] = connect(  # no keepalive pings: they draw from `random` (the docstring)
+                ws_url, open_timeout=self.timeout, max_size=None, ping_interval=None, legacy=True
+            )
 
     def _last_word(self, slot: int) -> str | None:
         """The error the server sent before it closed the session (OpenEnv closes a session it has no

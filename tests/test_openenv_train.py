@@ -237,3 +237,87 @@ def test_an_environment_at_its_session_cap_says_so_in_the_episodes_error(tmp_pat
     assert "error" not in first and first["observation"] == "Say the colour red."
     assert second["done"] and "Server at capacity: 1/1 sessions active" in second["error"]
     assert "this pool opened 2 sessions: fewer episodes at once" in second["error"]
+
+
+def test_an_observations_own_error_field_is_a_wrong_action_not_an_environment_failure(
+    tmp_path, tiny_path, capsys
+):
+    """BrowserGym's observation has an `error` field: what was wrong with the last action. Only the
+    protocol's error (the server's {"type": "error"}, a broken session) fails an episode; the field
+    rides along as `observation_error` (before: the episode was an environment error, which the
+    trainer and eval.py leave out, and the checker said the environment failed)."""
+    from envs import check
+    from envs.openenv import OpenEnvPool
+
+    source = template("Template: an OpenEnv environment")
+    source = source.replace(
+        "    available_actions: list[str] = []\n",
+        "    available_actions: list[str] = []\n"
+        '    error: str = ""  # as BrowserGym\'s: what was wrong with the last action\n',
+    ).replace(
+        'Seen(prompt="Right." if right else "Wrong.",',
+        'Seen(prompt="Right." if right else "Wrong.", error="" if right else "not the colour asked for",',
+    )
+    assert "error: str" in source and 'error=""' in source
+    path = tmp_path / "colours.py"
+    path.write_text(source)
+    port = free_port()
+    server = serve(path, str(port))
+    url = f"ws://127.0.0.1:{port}"
+    try:
+        pool = OpenEnvPool(url, size=2)
+        try:
+            pool.reset([0, 1], [0, 1])  # red, then green
+            right, wrong = pool.step([0, 1], ["say red", "say red"])
+        finally:
+            pool.close()
+        code = check.main(["--url", url, "--max-steps", "20"])
+        summary = evaluation.main(
+            ["--env", "openenv", "--url", url, "--model", tiny_path, "--split", "test"]
+            + ["--out", str(tmp_path / "eval")]
+        )
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert "error" not in right and "error" not in wrong
+    assert wrong["observation_error"] == "not the colour asked for" and wrong["done"] and wrong["reward"] == 0
+    assert code == 0, capsys.readouterr().out
+    assert summary["errors"] == 0 and summary["n_tasks"] == 6  # every episode counts, the wrong ones too
+
+
+def test_train_task_ids_in_an_openenv_environments_test_split_are_refused(colours, tiny_path, tmp_path):
+    """The test split's tasks are 12-17 (the server's task API): training on them is refused at
+    start-up, once the server has said its splits (before: accepted)."""
+    from train import parse_args, train
+
+    flags = ["--env", "openenv", "--url", colours, "--model", tiny_path, "--out", str(tmp_path)]
+    with pytest.raises(ValueError, match=r"--train-task-ids: \[12, 13\] are in the held-out split test"):
+        train(parse_args([*flags, "--train-task-ids", "4-11,12,13", "--threads", "1"]))
+
+
+@pytest.mark.parametrize("lists_tasks", [False, True])
+def test_an_environment_with_splits_but_no_num_tasks_is_counted_by_its_listing_or_named(
+    lists_tasks, tmp_path
+):
+    """OpenEnv answers POST /<name>/num_tasks with 501 when the environment lacks `num_tasks`: the
+    splits are then counted by `list_tasks`, and without that either describe() says what is
+    missing (before: a bare KeyError('num_tasks'))."""
+    from envs.openenv import describe
+
+    source = template("Template: an OpenEnv environment")
+    new = "    def list_tasks(self, split):\n        return TASKS[split]\n" if lists_tasks else ""
+    source = source.replace("    def num_tasks(self, split):\n        return len(TASKS[split])\n", new)
+    assert "num_tasks" not in source
+    path = tmp_path / "colours.py"
+    path.write_text(source)
+    port = free_port()
+    server = serve(path, str(port))
+    try:
+        if lists_tasks:
+            assert describe(f"ws://127.0.0.1:{port}").splits == (("train", 12), ("test", 6))
+        else:
+            with pytest.raises(ValueError, match="lists the split 'train' but does not say how many tasks"):
+                describe(f"ws://127.0.0.1:{port}")
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
