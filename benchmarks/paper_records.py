@@ -46,7 +46,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECORDS = os.path.join(ROOT, "docs", "paper-table")  # <env>/<stage>.json and <env>/row.json
 METRICS = ("success", "reward")  # an evaluation's per-sample outcomes kept by task
 # a stage's minutes on the project's 2-core machine, by kind, before any record of its kind exists
-# (BabyAI's and Deep Search's earlier rows: docs/paper-table.md)
+# (BabyAI's and Deep Search's earlier rows: docs/studies/paper-table.md)
 DEFAULT_MINUTES = {
     "demos": 2, "sft": 12, "dagger_policy": 6, "dagger": 2, "val_sft": 8, "rl_s": 35, "val_rl_s": 5,
     "self_policy": 12, "self": 8, "val_self": 8, "test_sft": 8, "test_self": 8, "test_rl_s": 8,
@@ -447,7 +447,7 @@ def bar(tasks2: float, tasks_dof: int, seeds: list[tuple[float, int]]) -> float:
     bar is t(n - 1), about 2; where the seeds' spread is all of SE^2 it is t(nu). Satterthwaite's nu
     over all three parts at once fired up to 10% of the time under the null with 3 seeds (its nu
     grows just when the seed term is underestimated); this bar held 3-6% (tests/test_paper_table.py
-    simulates both; docs/paper-table.md, "How the marks are computed")."""
+    simulates both; docs/studies/paper-table.md, "How the marks are computed")."""
     spread = sum(s for s, _ in seeds)
     if spread == 0:
         return t_quantile(0.975, tasks_dof)

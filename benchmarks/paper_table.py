@@ -1,7 +1,7 @@
 """The paper's main table at 135M on a CPU, compared honestly: per environment, expert -> base
 SmolLM2 -> behaviour cloning (SFT, then DAgger rounds) -> GRPO from the best imitation checkpoint,
 in the paper's setting (free generation, AgentGym's parser, the whole conversation).
-docs/paper-table.md holds the measured table and what it says.
+docs/studies/paper-table.md holds the measured table and what it says.
 
 Every choice is made on a validation split, every figure reported on test tasks nothing was tuned
 on (envs/tasks.py: each environment's train / val / test):
@@ -44,7 +44,7 @@ another command stops the row with the difference):
 --model (default smollm2, the 135M CPU row) is the row's base: SFT starts from it and test_base
 evaluates it; any other model trains with REAL_MODEL_FLAGS (the memory plan's flags for 1.5B and
 3B on one GPU) and SFT at sft.py's own learning rate for a real model, and writes under
-runs/paper-<model> unless --root says where (docs/paper-table.md, "Any model").
+runs/paper-<model> unless --root says where (docs/studies/paper-table.md, "Any model").
 
 A lever (more RL steps, another horizon, ...) is judged on validation before any test episode: the
 row's stages whose commands the lever leaves alone taken from the row (--reuse: their records and
@@ -109,8 +109,8 @@ FREE = "--mask-actions off --context-turns 0 --max-new-tokens 64"
 # tasks 300-599 of their test splits, `test_from`, which no run has seen; SciWorld's 200 find-test
 # tasks from the 100th, never reported), more samples a task where it has few (TextCraft 25 x 12;
 # WebArena 7 x 30, its whole offline test: both `reuses` the tasks of a reported row, and the table
-# says so). Never enlarged after a result (docs/paper-table.md, the recipe's step 7).
-# BabyAI's 24 RL steps were chosen on validation over 8 (--compare, docs/paper-table.md); TextCraft's
+# says so). Never enlarged after a result (docs/studies/paper-table.md, the recipe's step 7).
+# BabyAI's 24 RL steps were chosen on validation over 8 (--compare, docs/studies/paper-table.md); TextCraft's
 # 24 were not (its 8 kept), nor its RL on the goals SFT solves sometimes (`pick`: --pick N), nor
 # demonstrations and RL on disjoint goals (`disjoint`: --disjoint).
 RECIPES = {

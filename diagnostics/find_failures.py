@@ -1,7 +1,7 @@
 """Why SciWorld's find-* episodes fail: the stage each episode reached, read from its trajectory.
 
 Where it sits: after an evaluation on the find-* slice (eval.py's or an RL run's trajectories.jsonl),
-beside the paper table's SciWorld diagnosis (docs/paper-table.md). A find-* task (ScienceWorld's
+beside the paper table's SciWorld diagnosis (docs/studies/paper-table.md). A find-* task (ScienceWorld's
 tasks 4-1 to 4-4: find a living thing, a non-living thing, a plant, an animal) asks the agent to
 focus on a thing of that kind, then move it to a named box. Focusing commits: on a thing of another kind the
 episode ends at score 0. So every episode stops at one of these stages:

@@ -328,7 +328,7 @@ ENVS: dict[str, EnvSpec] = {
                 ],
             }.items()
         }
-        # An easier slice for a small model's short horizon (docs/paper-table.md): the four find-*
+        # An easier slice for a small model's short horizon (docs/studies/paper-table.md): the four find-*
         # tasks (4-1 to 4-4: find a living thing, a non-living thing, a plant, an animal, focus on
         # it and move it to a box), whose gold paths are short; the tasks interleaved, so that the
         # first n of a split cover all four.
