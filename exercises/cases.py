@@ -349,6 +349,11 @@ def reinforce_pp_cases() -> list[Case]:
             "gamma 0.9: the return decays from the last agent token",
             dict(cfg, trajectories=per_turn, gamma=0.9),
         ),
+        Case(
+            "one row per turn, the batch's rows in reverse order (as Batch.select may leave them): "
+            "a trajectory's turn order is batch.turn's, not the rows'",
+            dict(cfg, trajectories=per_turn, gamma=0.9, rows_reversed=True),
+        ),
         Case("the k1 KL in the reward (kl_coef 0.5)", dict(cfg, trajectories=whole + per_turn, kl_coef=0.5)),
         Case(
             "a large whiten_eps (1.0): it goes under the square root, with the variance",
@@ -368,9 +373,9 @@ def reinforce_pp_cases() -> list[Case]:
     ]
 
 
-def reinforce_pp_batch(trajectories, kl_coef=0.0):
+def reinforce_pp_batch(trajectories, kl_coef=0.0, rows_reversed=False):
     """A Batch from (reward, rows as mask strings) pairs: per agent token an old log-prob and,
-    with kl_coef, a reference log-prob that differs from it."""
+    with kl_coef, a reference log-prob that differs from it; `rows_reversed`: its rows last first."""
     from batch import Row, make_batch
 
     def row(mask: str, n: int) -> Row:
@@ -391,7 +396,7 @@ def reinforce_pp_batch(trajectories, kl_coef=0.0):
             batch.loss_mask
         )
         batch.ref_logprobs = (batch.old_logprobs - 0.3 * wobble) * batch.loss_mask
-    return batch
+    return batch.select(torch.arange(len(batch) - 1, -1, -1)) if rows_reversed else batch
 
 
 def returns_and_advantages(fn, inputs):
@@ -403,7 +408,8 @@ def returns_and_advantages(fn, inputs):
 def reinforce_pp_handed(inputs) -> dict:
     """The batch and cfg the function is handed, built afresh from the case's inputs."""
     cfg = SimpleNamespace(kl_coef=inputs["kl_coef"], gamma=inputs["gamma"], whiten_eps=inputs["whiten_eps"])
-    return {"batch": reinforce_pp_batch(inputs["trajectories"], inputs["kl_coef"]), "cfg": cfg}
+    batch = reinforce_pp_batch(inputs["trajectories"], inputs["kl_coef"], inputs.get("rows_reversed", False))
+    return {"batch": batch, "cfg": cfg}
 
 
 # --- problem 8: the rollout loop ----------------------------------------------------------------

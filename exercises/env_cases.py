@@ -13,9 +13,11 @@ reward, done), each as the environment answered it.
 """
 
 import math
+import re
 
 AGREES = "the property holds"
-MAX_STEPS = 20  # the contract's bound on an episode of available actions
+MAX_STEPS = 20  # the contract's bound on an episode, whatever the actions (text that is no action too)
+NONSENSE = ["dance", "", "42"]  # replies that are no action in any game
 ANSWER_KEYS = {"observation": str, "reward": (int, float), "done": bool, "available_actions": list}
 
 
@@ -62,18 +64,45 @@ def game_cases(case) -> list:
             ten,
             "task a's expert's actions, replayed",
         ),
+    ] + end_cases(case)
+
+
+def end_cases(case) -> list:
+    """How an episode ends and what it pays: the bound, the rewards, after done, no leak."""
+    ten = list(range(10))
+    expert = "the expert's: Game.expert()['action'], each turn"
+    firsts = "the first available action, each turn"
+    return [
         case(
-            "valid actions that need not solve the task end the episode within the bound",
+            "every episode ends within the bound, whatever the actions: available ones that need not "
+            "solve the task, and text that is no action",
             "ends",
             ten,
-            f"{firsts}; then the last available action, each turn",
+            f"{firsts}; then the last available action, each turn; then 'dance', each turn",
         ),
         case(
-            "every reward is in [0, 1] and an episode's rewards add up to at most 1, actions that are "
-            "not actions included",
+            "every reward is in [0, 1] and an episode's rewards add up to at most 1; an episode that "
+            "never takes the expert's action fails, its rewards adding up to 0 (the trainer counts "
+            "an episode whose rewards add up to more than 0 a success), on every task",
             "rewards",
-            [0, 1, 2, 3, 5],
-            f"'dance', '', '42', then the expert's; then {firsts}; then the last available one",
+            ten,
+            "a wrong available action (one the expert would not take), then the expert's; "
+            f"'dance', '', '42', then the expert's; {firsts}; the last available one; each turn an "
+            "available action other than the expert's",
+        ),
+        case(
+            "a step after done changes nothing: it answers done True and reward 0, as this project's "
+            "servers do (the winning action sent again pays nothing)",
+            "after_done",
+            [0, 1, 2],
+            f"the expert's, then {firsts}, until done; then the last action again, and 'dance'",
+        ),
+        case(
+            "no observation writes the answer: on tasks 0 to 9, an observation that names the "
+            "expert's next action, and no other available action, lets the agent copy instead of play",
+            "no_leak",
+            ten,
+            expert,
         ),
     ]
 
@@ -124,6 +153,25 @@ def first(game, answer, k):
 
 def last(game, answer, k):
     return answer["available_actions"][-1]
+
+
+def nonsense(game, answer, k):
+    return "dance"
+
+
+def other_than_expert(game, answer, k):
+    """An available action the expert would not take now ('dance' when there is none)."""
+    right = " ".join(game.expert()["action"].split())
+    others = [a for a in answer["available_actions"] if " ".join(a.split()) != right]
+    return others[0] if others else "dance"
+
+
+def wrong_then_expert(game, answer, k):
+    return other_than_expert(game, answer, k) if k == 0 else expert(game, answer, k)
+
+
+def nonsense_then_expert(game, answer, k):
+    return NONSENSE[k] if k < len(NONSENSE) else expert(game, answer, k)
 
 
 def replay(actions):
@@ -240,8 +288,9 @@ def differ(env, tasks, max_steps) -> str:
 
 
 def ends(env, tasks, max_steps) -> str:
+    policies = (("the first available action", first), ("the last available action", last))
     for task in tasks:
-        for name, policy in (("the first available action", first), ("the last available action", last)):
+        for name, policy in (*policies, ("'dance', no action", nonsense)):
             episode = play(env.Game(), task, policy, max_steps)
             if not episode[-1][-1]:
                 return f"task {task}, {name} each turn: not done after {max_steps} steps: {episode}"
@@ -249,14 +298,80 @@ def ends(env, tasks, max_steps) -> str:
 
 
 def rewards(env, tasks, max_steps) -> str:
-    nonsense = ["dance", "", "42"]
-    wrong_then_expert = lambda game, answer, k: nonsense[k] if k < len(nonsense) else expert(game, answer, k)  # noqa: E731
+    policies = {
+        "a wrong action, then the expert's": wrong_then_expert,
+        "'dance', '', '42', then the expert's": nonsense_then_expert,
+        "the first available action": first,
+        "the last available action": last,
+    }
     for task in tasks:
-        for policy in (wrong_then_expert, first, last):
+        for name, policy in policies.items():
             episode = play(env.Game(), task, policy, max_steps)
             got = rewards_of(episode)
             if any(not 0.0 <= r <= 1.0 for r in got) or sum(got) > 1.0 + 1e-9:
-                return f"task {task}: rewards {got}, adding up to {sum(got)}: {episode}"
+                return f"task {task}, {name}: rewards {got}, adding up to {sum(got)}: {episode}"
+        episode = play(env.Game(), task, other_than_expert, max_steps)
+        if sum(rewards_of(episode)) != 0:
+            return (
+                f"task {task}, never the expert's action: a failed episode whose rewards add up to "
+                f"{sum(rewards_of(episode))}, which the trainer counts a success (more than 0): {episode}"
+            )
+    return AGREES
+
+
+def after_done(env, tasks, max_steps) -> str:
+    for task in tasks:
+        for name, policy in (("the expert", expert), ("the first available action", first)):
+            game = env.Game()
+            episode = play(game, task, policy, max_steps)
+            if not episode[-1][-1]:
+                continue  # (an episode that never ends is the 'ends' case's)
+            for action in (actions_of(episode) or ["dance"])[-1:] + ["dance"]:
+                answer = attempt(game.step, (action,), f"task {task}: step({action!r}) after done", episode)
+                wrong = ill_formed(answer)
+                if wrong or not answer["done"] or answer["reward"] != 0:
+                    return (
+                        f"task {task}, {name}: after the episode {episode} was done, step({action!r}) "
+                        f"answered {answer!r}" + (f": {wrong}" if wrong else "")
+                    )
+    return AGREES
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"[a-z0-9]+", text.lower())
+
+
+def written_in(action: str, text: str) -> bool:
+    """Whether `action`'s words stand in `text`, in order and side by side."""
+    a, t = words(action), words(text)
+    return bool(a) and any(t[i : i + len(a)] == a for i in range(len(t) - len(a) + 1))
+
+
+def no_leak(env, tasks, max_steps) -> str:
+    """Detectable where the answer is words: the expert's action written in the observation it
+    answers, while no other available action is. A leak on every task, with different answers, fails."""
+    leaks = {}
+    for task in tasks:
+        game = env.Game()
+        answer = attempt(game.reset, (task,), f"task {task}: reset({task})")
+        for _ in range(max_steps):
+            if answer["done"]:
+                break
+            action = attempt(game.expert, (), f"task {task}: expert()")["action"]
+            others = [a for a in answer["available_actions"] if words(a) != words(action)]
+            if written_in(action, answer["observation"]) and not any(
+                written_in(a, answer["observation"]) for a in others
+            ):
+                leaks[task] = (answer["observation"], action)
+                break
+            answer = attempt(game.step, (action,), f"task {task}: step({action!r})")
+    if len(leaks) == len(tasks) and len({tuple(words(a)) for _, a in leaks.values()}) > 1:
+        shown = "; ".join(f"task {t}: {o!r} before the expert's {a!r}" for t, (o, a) in leaks.items())
+        return (
+            f"on every task an observation writes the expert's next action, and no other available "
+            f"action: {shown}. The agent can learn to copy it, and held-out success would measure "
+            "copying: keep the answer out of every observation (a clue the agent must work on is the game)"
+        )
     return AGREES
 
 
@@ -376,6 +491,8 @@ JUDGES = {
     "differ": differ,
     "ends": ends,
     "rewards": rewards,
+    "after_done": after_done,
+    "no_leak": no_leak,
     "project": lambda env, tasks, max_steps: served(env, tasks, "project_app", max_steps),
     "openenv": lambda env, tasks, max_steps: served(env, tasks, "openenv_app", max_steps),
     "sessions": sessions,

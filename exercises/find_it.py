@@ -2,10 +2,11 @@
 
 Five closed boxes of five colours stand in a row; one holds the item the task names, and every
 observation says which colour it is. `open the <colour> box` opens one; the episode ends when the
-item is found or after MAX_STEPS steps, whatever the actions were. Finding it at step k rewards
-1 - 0.15 (k - 1), every other step 0. Task t names ITEMS[t % 4] and hides it in the box of colour
-COLOURS[(t // 4) % 5], so
-tasks 0 to 19 are twenty different puzzles. The clue is in every observation because the tiny
+item is found or after MAX_STEPS steps, whatever the actions were (text that is no action counts a
+step too); a step after that changes nothing and rewards 0. Finding it at step k rewards
+1 - 0.15 (k - 1), every other step 0, so an episode that never finds it adds up to 0. Task t names
+ITEMS[t % 4] and hides it in the box of colour COLOURS[(t // 4) % 5], so tasks 0 to 19 are twenty
+different puzzles. The clue is in every observation because the tiny
 policy reads the last one only (context_turns=1): a task it cannot tell from what it reads, it
 cannot learn.
 
@@ -23,12 +24,13 @@ import sys
 
 ITEMS = ["key", "coin", "ring", "map"]
 COLOURS = ["blue", "red", "green", "yellow", "grey"]
+INSTRUCTION = "Find the item the task names: open the box it is in. Reply with one action."
 MAX_STEPS = 6  # every step counts, an action that is not one too: the episode always ends
 
 
 class Game:
     def __init__(self):
-        self.item, self.colour, self.steps, self.last = "", "", 0, ""
+        self.item, self.colour, self.steps, self.last, self.over = "", "", 0, "", False
 
     def reset(self, data_idx: int) -> dict:
         if not isinstance(data_idx, int) or isinstance(data_idx, bool) or data_idx < 0:
@@ -37,10 +39,12 @@ class Game:
             raise EnvError(f"no task {data_idx!r}: tasks are integers from 0", 404)
         self.item = ITEMS[data_idx % len(ITEMS)]
         self.colour = COLOURS[(data_idx // len(ITEMS)) % len(COLOURS)]
-        self.steps = 0
+        self.steps, self.over = 0, False
         return self.answer(f"Find the {self.item}. It is in the {self.colour} box.", 0.0)
 
     def step(self, action: str) -> dict:
+        if self.over:  # the episode is done: nothing changes, nothing is paid (as the servers answer)
+            return self.answer(self.last, 0.0, done=True)
         self.steps += 1
         action = " ".join(action.split())
         if action not in self.available():
@@ -52,7 +56,7 @@ class Game:
 
     def answer(self, text: str, reward: float, done: bool = False) -> dict:
         self.last = text
-        done = done or self.steps >= MAX_STEPS
+        done = self.over = done or self.steps >= MAX_STEPS
         return {"observation": text, "reward": reward, "done": done, "available_actions": self.available()}
 
     def available(self) -> list[str]:
@@ -77,7 +81,7 @@ def project_app(make_env=Game):
     from servers.openenv import add_openenv
 
     app = build_app("Find it", make_env, inline_calls=True)  # quick, pure-Python steps
-    add_openenv(app, "find_it")
+    add_openenv(app, "find_it", INSTRUCTION)  # (named nowhere in envs/tasks.py: its instruction here)
     return app
 
 

@@ -18,8 +18,11 @@ corridor, a word to spell. Write it three times over:
   (bool), "available_actions" (list of str: the actions the tiny policy picks among).
 - Tasks 0 to 9 are ten different tasks. The same task played the same way plays the same episode.
 - Every reward is in [0, 1], and an episode's rewards add up to at most 1: the trainer reads an
-  episode's outcome as their sum. The expert's episodes add up to exactly 1.
-- An episode of available actions, whichever, is done within 20 steps.
+  episode's outcome as their sum and counts it a success when the sum is above 0. So an episode
+  that fails adds up to exactly 0: no credit for trying. The expert's episodes add up to exactly 1.
+- An episode is done within 20 steps, whatever the actions: text that is no action counts too.
+- A step after done changes nothing: it answers done True and reward 0.
+- No observation writes the answer itself (the agent would learn to copy it); a clue is fine.
 
 `openenv_app()`: a FastAPI app that serves Game through OpenEnv's own server code
 (`openenv.core.env_server.http_server.create_fastapi_app`; `pip install --no-deps -r
@@ -28,7 +31,8 @@ the available actions. This project's trainer talks to an environment without a 
 reset's data is {"seed": task id}. It holds 200 sessions at once.
 
 `project_app()`: a FastAPI app that serves Game as a server of this project
-(`servers.common.build_app`, and OpenEnv's dialect with `servers.openenv.add_openenv`).
+(`servers.common.build_app`, and OpenEnv's dialect with `servers.openenv.add_openenv`, given your
+game's instruction: a game named nowhere in envs/tasks.py has none, and the server warns).
 
 Worked example, a game of boxes (task 5: find the coin, in the red box):
     reset(5)                  -> {"observation": "Find the coin. It is in the red box.", "reward": 0.0,

@@ -30,8 +30,8 @@ logits):
   (ref 100 above logp), its gradient too.
 - The means are over the agent tokens only: padding and observations do not dilute them.
 
-Decide: how eq. 7's min becomes a max once the sign is flipped; where a mask goes so that the
-ratio off the agent tokens cannot overflow; how to bound k3 without losing its gradient elsewhere.
+Decide: what eq. 7's min becomes in a loss to be minimised; what keeps a token off the agent's from
+making the loss or its gradient inf or NaN; how to bound k3 without losing its gradient elsewhere.
 
 Task: return (loss, stats): loss a scalar tensor with its gradient; stats a dict (may be empty).
 mb has loss_mask, old_logprobs, ref_logprobs, all (B, T); logp, entropy, adv are (B, T).

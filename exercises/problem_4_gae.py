@@ -4,8 +4,8 @@ Mirrors: ppo.py, `gae` (read it after your check passes). Read first: GAE, Schul
 eq. 16 (the advantage as a (gamma * lam)-weighted sum of TD errors) and eq. 17-18 (lam 0 and 1).
 
 The MDP is the agent's tokens only, a_0 ... a_{n-1} in the order they were sampled (observation
-tokens are not steps). The outcome R sits on the last agent token: r_{n-1} = R, all other r_k = 0
-(`algorithm.outcome_on_last_token`); V_k is the critic's value before token k. Return each
+tokens are not steps). The outcome R sits on the last agent token: r_{n-1} = R, all other r_k = 0;
+V_k is the critic's value before token k. Return each
 token's advantage A_k and the critic's target G_k (the lambda-return: the value the critic should
 have predicted, so that A_k = G_k - V_k).
 

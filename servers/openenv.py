@@ -313,9 +313,10 @@ async def session(
 # ---------------------------------------------------------------------------------------------
 
 
-def add_openenv(app: FastAPI, name: str) -> FastAPI:
+def add_openenv(app: FastAPI, name: str, instruction: str | None = None) -> FastAPI:
     """OpenEnv's endpoints on a server built by `servers.common.build_app`, for the environment
-    `name` of envs/tasks.py (its splits and its instruction)."""
+    `name` of envs/tasks.py (its splits and its instruction). `instruction`: the agent's system
+    prompt for an environment named nowhere in envs/tasks.py (else a generic one, with a warning)."""
     table: InstanceTable = app.state.table
     splits = splits_of(name)
 
@@ -342,16 +343,26 @@ def add_openenv(app: FastAPI, name: str) -> FastAPI:
                 await table.close(instance)
 
     app.state.reset_without_instance = reset_once
-    add_info(app, name)
+    add_info(app, name, instruction)
     add_task_api(app, name, splits)
     return app
 
 
-def add_info(app: FastAPI, name: str) -> None:
+def add_info(app: FastAPI, name: str, instruction: str | None = None) -> None:
     """/health, /metadata (the agent's instruction as the description), /schema, /state."""
     from envs.tasks import ENVS
 
-    description = ENVS[name].instruction if name in ENVS else f"the {app.title} environment"
+    description = instruction or (ENVS[name].instruction if name in ENVS else None)
+    if description is None:  # said aloud: `--env openenv` makes the description the system prompt
+        description = f"the {app.title} environment"
+        log.warning(
+            "%r is named nowhere in envs/tasks.py and add_openenv was given no instruction: /metadata "
+            "serves %r, which `--env openenv` sends the agent as its instruction; pass "
+            "add_openenv(app, %r, instruction=...) or add an EnvSpec to envs/tasks.py",
+            name,
+            description,
+            name,
+        )
 
     @app.get("/health")
     async def health():

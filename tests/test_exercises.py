@@ -1,6 +1,6 @@
 """The exercises check what they claim: the project's own function passes every problem's check,
-the untouched stub fails it, and so does every mistake in exercises/mistakes.py, each with a
-message that names the case and what was expected.
+the untouched stub fails it, and so does every mistake in exercises/mistakes/ (a file a problem),
+each with a message that names the case and what was expected.
 
 Where it sits: calls `exercises.check.failures` as a function (no subprocess, no training); the
 whole file runs in about half a minute, most of it problem 10's servers (in process, with
@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import importlib
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -74,7 +75,7 @@ def test_a_case_whose_package_is_missing_fails_by_name_and_never_passes(monkeypa
 def test_a_failing_case_shows_its_inputs_in_full():
     """Problem 3's sixth case is about a reference far below the policy: its ref_logprobs must be in
     the message whole, not cut."""
-    from exercises.mistakes import _loss
+    from exercises.mistakes.problem_3 import _loss
 
     def unclamped(logp, entropy, mb, adv, clip_ratio, kl_coef=0.0, **rest):
         loss, _ = _loss(logp, entropy, mb, adv, clip_ratio, **rest)
@@ -191,6 +192,39 @@ def test_every_problem_keeps_at_least_two_mistakes_beside_it():
     assert all(len(found) >= 2 for found in MISTAKES.values())
 
 
+def test_a_problems_mistakes_file_shows_no_other_problems_mistakes():
+    """Reading problem n's mistakes gives nothing away about another problem: its file imports no
+    other problem's file and names no other problem."""
+    folder = ROOT / "exercises" / "mistakes"
+    for path in folder.glob("problem_*.py"):
+        n = int(path.stem.split("_")[1])
+        text = path.read_text()
+        others = {int(m) for m in re.findall(r"[Pp]roblem[ _](\d+)", text)} - {n}
+        assert not others, f"{path.name} names problem(s) {others}"
+        tree = ast.parse(text)
+        names = [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+        assert not any(x.startswith("exercises.mistakes") for x in names), path.name
+
+
+def test_problem_7_catches_a_trajectorys_rows_taken_in_batch_order():
+    """make_batch orders a trajectory's rows by turn, so only a batch whose rows are reordered (as
+    Batch.select may leave them) can tell batch order from turn order: that case catches it."""
+    found = failures(7, MISTAKES[7]["a trajectory's rows in batch order, not turn order"])
+    assert len(found) == 1 and "reverse order" in found[0] and "rows_reversed=True" in found[0]
+
+
+def test_every_wrong_diagnosis_of_problem_9_is_refused_on_the_run_that_holds_its_fault(capsys):
+    from exercises import faults
+    from exercises.mistakes.problem_9 import CONFUSIONS
+
+    assert set(CONFUSIONS) == {faults.planted(run) for run in faults.RUNS}
+    assert all(len(wrong) >= 3 and set(wrong) < set(faults.DIAGNOSES) for wrong in CONFUSIONS.values())
+    for run in faults.RUNS:
+        for wrong in CONFUSIONS[faults.planted(run)]:
+            assert faults.main(["answer", run, wrong]) == 1
+    assert "right" not in capsys.readouterr().out.replace("not this one", "")
+
+
 @pytest.mark.parametrize("n", sorted(PROBLEMS))
 def test_a_function_that_returns_nothing_fails_with_a_message_not_a_crash(n):
     found = failures(n, lambda *args, **kwargs: None)
@@ -275,22 +309,28 @@ def test_the_exercises_package_imports_nothing_into_the_project():
         ("done forgotten on success", 2),
         ("a penalty for a wrong action", 6),
         ("the score as the reward", 2),
-        ("the OpenEnv wrapper reads the task from index", 8),
-        ("one Game for every episode", 7),
-        ("sixty-four OpenEnv sessions", 9),
-        ("a project server without OpenEnv's dialect", 7),
+        ("a non-action costs no step", 5),
+        ("a reward for each wrong guess", 6),
+        ("a step after done keeps playing", 7),
+        ("the answer in the observation", 8),
+        ("the OpenEnv wrapper reads the task from index", 10),
+        ("one Game for every episode", 9),
+        ("sixty-four OpenEnv sessions", 11),
+        ("a project server without OpenEnv's dialect", 9),
     ],
 )
 def test_problem_10_tells_each_broken_environment_by_the_property_it_breaks(name, case):
-    """A reset that ignores the task id, a done that never comes, a reward outside its range, a
-    server that loses the task id, shares one Game or holds too few sessions: each fails the case
-    about it first, and the message holds the episode (or the server's answer) that shows it."""
-    if NO_OPENENV and case in (8, 9):  # (a server of this project speaks OpenEnv without the package)
+    """A reset that ignores the task id, a done that never comes (for text that is no action too), a
+    reward outside its range or paid for failing, a step after done that plays on, the answer
+    written in an observation, a server that loses the task id, shares one Game or holds too few
+    sessions: each fails the case about it first, and the message holds the episode (or the
+    server's answer) that shows it."""
+    if NO_OPENENV and case in (10, 11):  # (a server of this project speaks OpenEnv without the package)
         pytest.skip(NEEDS_OPENENV)
     found = mistake_failures(10, name)
     assert found[0].startswith(f"case {case} ") and "got 'the property holds'" not in found[0]
     shown = found[0].split("inputs:")[0]
-    assert "[(" in shown or "answered" in shown or "raised" in shown  # an episode, an answer, a raise
+    assert "[(" in shown or "answered" in shown or "raised" in shown or "before the expert's" in shown
 
 
 def test_problem_10s_worked_example_is_the_reference_game():
@@ -401,3 +441,22 @@ def test_a_mystery_run_trains_with_its_fault_planted_and_a_default_configuration
         default.lr,
         "grpo",
     )
+
+
+def test_a_project_server_named_nowhere_in_envs_tasks_says_it_serves_a_generic_instruction(caplog):
+    """`--env openenv` sends /metadata's description as the agent's instruction: a server of this
+    project that envs/tasks.py does not name, given none, warns that it serves a generic one;
+    find_it.py's server gives its own."""
+    from fastapi.testclient import TestClient
+
+    from exercises import find_it
+    from servers.common import build_app
+    from servers.openenv import add_openenv
+
+    with caplog.at_level("WARNING", logger="servers"):
+        add_openenv(build_app("Nameless", find_it.Game, inline_calls=True), "nameless")
+    assert "'nameless' is named nowhere in envs/tasks.py" in caplog.text and "instruction=" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="servers"), TestClient(find_it.project_app()) as client:
+        assert client.get("/metadata").json()["description"] == find_it.INSTRUCTION
+    assert "named nowhere" not in caplog.text
