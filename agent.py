@@ -193,11 +193,11 @@ def end_of_turn_id(tokenizer) -> int:
 
 
 def turn_suffix_ids(tokenizer, observation: str) -> list[int]:
-    """Tokens that follow a finished reply's end-of-turn token: the template's glue, the next user
-    turn holding `observation`, and the assistant header. Only this new text is tokenised; the
-    reply's own ids stay as sampled. The text starts with the end-of-turn token, a special token,
-    so tokenising it alone gives the same ids as inside the whole conversation
-    (tests/test_chat_templates.py: SmolLM2's, Qwen2.5's and Llama-3's templates)."""
+    """The ids the chat template writes after an assistant turn's end-of-turn token (that token not
+    included): its glue, a user turn holding `observation`, and the assistant header. The text is
+    tokenised from the end-of-turn token, a special token, so tokenising it alone gives the same
+    ids as inside the whole conversation (tests/test_chat_templates.py: SmolLM2's, Qwen2.5's and
+    Llama-3's templates)."""
     ids = tokenizer(_after_reply(tokenizer, observation), add_special_tokens=False)["input_ids"]
     assert ids[0] == end_of_turn_id(tokenizer)
     return ids[1:]
