@@ -40,7 +40,9 @@ position is rebuilt per chunk from the ids allowed there, stored as a small (...
 with -1 (K = the most ids allowed at any one position), never as a (B, T, V) boolean.
 
 `full_logprobs` is the plain computation over every position, kept as the reference for the parity
-tests and as the "before" of `benchmarks/update_memory.py`.
+tests and as the "before" of `benchmarks/update_memory.py`. The plain computation a student reads is
+in the plain reading path, plain/one_step.py (`one_step.token_logprobs`, the same lines with the
+action mask as a (B, T, V) boolean); tests/test_plain_step.py holds it equal to both.
 """
 
 import torch
@@ -336,7 +338,9 @@ def full_logprobs(
 ):
     """The plain computation: (B, T) log-probs of every token (position 0 holds 0) and entropies,
     from the full (B, T, V) logits; `allowed_mask` is (B, T, V) bool (True: may be sampled).
-    The reference for the parity tests and the "before" of benchmarks/update_memory.py."""
+    The reference for the parity tests and the "before" of benchmarks/update_memory.py; the plain
+    reading path's `one_step.token_logprobs` (plain/one_step.py) is this, tests/test_plain_step.py
+    shows them equal."""
     device = next(model.parameters()).device
     ids, attn = input_ids.to(device), attention_mask.to(device)
     logits = model(input_ids=ids, attention_mask=attn, position_ids=position_ids(attn)).logits[:, :-1].float()
