@@ -181,7 +181,7 @@ def test_env_openenv_needs_its_address_and_takes_a_websocket_url():
 @pytest.mark.parametrize(
     "change, failed",
     [
-        (("", ""), None),  # the template as written passes all three
+        (("", ""), None),  # the template as written passes all four
         (("TASKS[split][index], 0", "TASKS[split][0], 0"), "tasks differ"),  # a reset that ignores the task
         (("done=True", "done=False"), "episodes end"),  # a done that never comes
         (("reward=1.0 if right", "reward=5.0 if right"), "rewards in range"),  # a reward outside [0, 1]
@@ -202,7 +202,7 @@ def test_the_checker_tells_a_broken_environment_from_a_working_one(change, faile
         server.terminate()
         server.wait(timeout=30)
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 3 and code == (0 if failed is None else 1), lines
+    assert len(lines) == 4 and code == (0 if failed is None else 1), lines
     assert [line for line in lines if line.startswith("FAIL")] == [x for x in lines if failed and failed in x]
 
 
