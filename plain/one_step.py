@@ -72,16 +72,17 @@ def one_step(run, step: int) -> "Step":
     params = [p for p in model.parameters() if p.requires_grad]
     before = [p.detach().clone() for p in params]
     logp, entropy = token_logprobs(model, rows, cfg.temperature)  # (B, T) under the current weights
-    loss, stats = clipped_policy_loss(logp, entropy, rows, rows.advantages, cfg.clip_ratio, cfg.kl_coef,
-                                      cfg.entropy_coef, cfg.clip_ratio_high)  # problem 3  # fmt: skip
-    learner.optimizer.zero_grad()
+    # the loss (problem 3): the clipped surrogate, the k3 KL to pi_ref, the entropy bonus; token-means
+    eps, beta, c = cfg.clip_ratio, cfg.kl_coef, cfg.entropy_coef  # (DAPO's clip-higher: cfg.clip_ratio_high)
+    loss, stats = clipped_policy_loss(logp, entropy, rows, rows.advantages, eps, beta, c, cfg.clip_ratio_high)
+    learner.optimizer.zero_grad()  # AdamW, lr tiny.LR for the tiny policy (update.load_learner built it)
     loss.backward()
     grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
     learner.optimizer.step()
     ratio = ((logp.detach() - rows.old_logprobs) * rows.loss_mask).exp()  # (B, T): 1 off the agent tokens
     change = torch.cat([(p.detach() - b).flatten() for p, b in zip(params, before)])
-    return Step(horizon, tasks, episodes, trajs, rows, logp.detach(), ratio, loss.item(), stats,
-                float(grad_norm), change)  # fmt: skip
+    out = (horizon, tasks, episodes, trajs, rows, logp.detach(), ratio, loss.item(), stats, float(grad_norm))
+    return Step(*out, change)
 
 
 @dataclass
