@@ -49,6 +49,7 @@ from loop import watch
 from loop.run import Run, session, skip_failed_step
 from machinery import dist, signals
 from machinery.checkpoint import check_checkpoint
+from presets import PRESETS
 from scaling_inter import ScheduleConfig
 from update import UpdateConfig, load_learner, prepare_batch, update
 
@@ -143,7 +144,7 @@ def check_held_out(cfg: Config, splits: dict[str, list[int]]) -> None:
 
 
 def parse_args(argv=None) -> Config:
-    return parse(Config, argv, description=__doc__.split("\n")[0])
+    return parse(Config, argv, description=__doc__.split("\n")[0], presets=PRESETS)  # --preset: presets/
 
 
 def train(cfg: Config, profile: list[dict] | None = None) -> dict:

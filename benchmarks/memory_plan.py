@@ -3,6 +3,7 @@
     python benchmarks/memory_plan.py --model Qwen/Qwen2.5-7B-Instruct --seq-len 16384 --micro-batch-size 1
     python benchmarks/memory_plan.py --plan          # 1.5B, 3B, 7B on one 80 GB GPU: the flags that fit
     python benchmarks/memory_plan.py --plan --algo ppo   # the same with PPO's critic
+    python benchmarks/memory_plan.py --presets       # each preset (presets/) at 1.5B, 3B, 7B on 80 and 141 GB
 
 `--model` is one of the built-in published shapes (Qwen2.5-0.5B/1.5B/3B/7B-Instruct, SmolLM2-135M-
 Instruct: no hub needed), a local folder, or a hub id (read with AutoConfig when the hub is
@@ -303,6 +304,79 @@ def plan(run: Run, gpu_gb: float) -> list[str]:
     return out
 
 
+PRESET_MODELS = ["Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-3B-Instruct", "Qwen/Qwen2.5-7B-Instruct"]
+PRESET_LEVERS = ["ref_cpu", "gen_batch", "lora"]  # what a preset may add, in this order (LoRA last)
+
+
+def preset_run(preset) -> Run:
+    """A preset's step as the plan counts it: rows of the reference's whole budget (its prompt and
+    whole-conversation tokens: the longest an episode may grow there), every episode of the step
+    rolled out at once, and the flags it sets (micro-batches of 1, checkpointing, bf16)."""
+    f = {k: s.value for k, s in preset.flags.items()}
+    return Run(
+        seq_len=preset.tokens_per_episode,
+        minibatch_size=f["minibatch_size"],
+        rollout_batch=f["tasks_per_step"] * f["group_size"],
+        micro_batch_size=f["micro_batch_size"],
+        chunked=True,
+        micro=True,
+        ckpt=f["gradient_checkpointing"],
+        bf16=f["mixed_precision"] == "bf16",
+    )
+
+
+def preset_fit(preset, model: str, gpu_gb: float) -> tuple[str, float, float, int]:
+    """(the flags a preset needs beyond its own, rollout GB, update GB, the episodes a rollout
+    could hold at once): the levers added one at a time until the peak is under SPARE x the card
+    (LoRA replaces --ref-device cpu: train.py refuses the two together). When none is enough, the
+    flags are all of them and the last number says how many of the step's episodes would fit at
+    once (train.py rolls them all out together)."""
+    s, r = shape_of(model), preset_run(preset)
+    words = {
+        "ref_cpu": "--ref-device cpu",
+        "gen_batch": f"--generation-batch-size {r.generation_batch_size}",
+        "lora": f"--lora-rank {r.lora_rank}",
+    }
+    added = []
+    for lever in [None, *PRESET_LEVERS]:
+        if lever:
+            r = dataclasses.replace(r, **{"ref_cpu": r.ref_cpu and lever != "lora", lever: True})
+            added = [a for a in added if not (lever == "lora" and a == "ref_cpu")] + [lever]
+        if max(peaks(s, r)) <= SPARE * gpu_gb:
+            break
+    ro, up = peaks(s, r)
+    fit = r
+    while max(peaks(s, fit)) > SPARE * gpu_gb and fit.rollout_batch > 1:
+        fit = dataclasses.replace(fit, rollout_batch=fit.rollout_batch // 2)
+    return " ".join(words[a] for a in added), ro, up, fit.rollout_batch
+
+
+def preset_table(gpu_gb: float) -> list[str]:
+    """Every preset at each model size on one card: what it needs beyond its own flags, and the
+    peaks (benchmarks/memory_plan.py --presets; docs/gpu.md's tables)."""
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the project's root
+    from presets import PRESETS
+
+    sizes = [m.split("-")[1] for m in PRESET_MODELS]  # 1.5B, 3B, 7B
+    out = [
+        f"| preset ({gpu_gb:.0f} GB) | tokens a row | episodes a step | " + " | ".join(sizes) + " |",
+        "|---|---|---|" + "---|" * len(sizes),
+    ]
+    for name, preset in PRESETS.items():
+        r, cells = preset_run(preset), []
+        for model in PRESET_MODELS:
+            extra, ro, up, fits = preset_fit(preset, model, gpu_gb)
+            need = f"`{extra}`" if extra else "as is"
+            if fits < r.rollout_batch:
+                need = f"no ({fits} episodes at once, with `{extra}`)"
+            cells.append(f"{need} ({ro:.0f} / {up:.0f} GB)")
+        out.append(f"| {name} | {r.seq_len} | {r.rollout_batch} | " + " | ".join(cells) + " |")
+    return out
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="Qwen/Qwen2.5-7B-Instruct")
@@ -316,7 +390,14 @@ def main():
     p.add_argument("--gpu-gb", type=float, default=80.0)
     p.add_argument("--plan", action="store_true", help="the 1.5B / 3B / 7B plan for one GPU")
     p.add_argument("--algo", default="grpo", help="ppo: count the critic (the other algorithms have none)")
+    p.add_argument(
+        "--presets", action="store_true", help="each preset (presets/) at 1.5B, 3B, 7B on 80 and 141 GB"
+    )
     a = p.parse_args()
+    if a.presets:
+        for gpu_gb in (80.0, 141.0):
+            print("\n".join(preset_table(gpu_gb)) + "\n")
+        return
     run = Run(
         seq_len=a.seq_len,
         agent_frac=a.agent_frac,

@@ -15,6 +15,11 @@ What a flag allows is declared beside its field: `flag(default, choices=..., at_
 `validate` checks every field against it when a config is made (the dataclass's __post_init__, so
 a config built in code is checked too); `parse` answers a bad value the argparse way, with ONE line
 and exit code 2: `train.py: error: --group-size 0: must be at least 1`.
+
+Presets (`parse(..., presets=...)`, train.py's presets/): `--preset NAME` makes a preset's values
+the defaults, so a flag given on the command line still wins; `--show-preset` prints every flag's
+value and where it came from (the command line, the preset and the reference's knob, or the
+default), as does --help beside each flag.
 """
 
 import argparse
@@ -122,19 +127,84 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (--help lists every flag)\n")
 
 
-def parse(cls, argv=None, description: str = ""):
-    """Flags from the fields of dataclass `cls` -> an instance of `cls`, checked (`validate`)."""
+def parse(cls, argv=None, description: str = "", presets: dict | None = None):
+    """Flags from the fields of dataclass `cls` -> an instance of `cls`, checked (`validate`).
+    `presets`: name -> an object with `flags` (field -> an object with `value` and `source`) and
+    `notes` (lines): adds --preset and --show-preset (this module's docstring)."""
+    preset = chosen_preset(argv, description, presets)
+    p = parser(cls, description, preset, presets)
+    args = p.parse_args(argv)
+    show = vars(args).pop("show_preset", False)
+    vars(args).pop("preset", None)
+    try:
+        cfg = cls(**vars(args))
+    except ValueError as e:
+        p.error(str(e))
+    if show:
+        given = vars(parser(cls, description, preset, presets, argparse.SUPPRESS).parse_args(argv))
+        print("\n".join(resolved(cls, args, given, preset)))
+        p.exit(0)
+    return cfg
+
+
+def chosen_preset(argv, description: str, presets: dict | None):
+    """The preset `--preset NAME` names in `argv` (None: none given, or no presets offered)."""
+    if presets is None:
+        return None
+    p = Parser(description=description, add_help=False)
+    p.add_argument("--preset", choices=list(presets))
+    name = p.parse_known_args(argv)[0].preset
+    return presets[name] if name else None
+
+
+def parser(cls, description: str, preset=None, presets: dict | None = None, default=None) -> Parser:
+    """The flags of `cls`, their defaults the preset's values where it sets them; `default`
+    (argparse.SUPPRESS) instead leaves out every flag not given, to tell what the command line set."""
     p = Parser(description=description)
     docs, hints = field_docs(cls), typing.get_type_hints(cls)
+    chosen = preset.flags if preset else {}
     for f in dataclasses.fields(cls):
-        shown = "auto" if f.default is None else f.default
+        value = chosen[f.name].value if f.name in chosen else f.default
+        where = f"preset: {chosen[f.name].source}" if f.name in chosen else "default"
+        shown = "auto" if value is None else value
         p.add_argument(
             option(f.name),
             type=_converter(hints[f.name]),
-            default=f.default,
-            help=f"{docs.get(f.name, '')} (default: {shown})",
+            default=value if default is None else default,
+            help=f"{docs.get(f.name, '')} ({where}: {shown})",
         )
-    try:
-        return cls(**vars(p.parse_args(argv)))
-    except ValueError as e:
-        p.error(str(e))
+    if presets is not None:
+        names = ", ".join(presets)
+        p.add_argument(
+            "--preset", choices=list(presets), default=default, help=f"a reference run (presets/): {names}"
+        )
+        show = "print every flag's value and where it came from, then exit"
+        p.add_argument("--show-preset", action="store_true", default=default or False, help=show)
+    return p
+
+
+def resolved(cls, args, given: dict, preset) -> list[str]:
+    """--show-preset's lines: each flag's value and its source, the flags that differ from the
+    dataclass's defaults first, then the preset's notes and the same run without --preset."""
+    chosen = preset.flags if preset else {}
+    rows, rest = [], []
+    for f in dataclasses.fields(cls):
+        value = getattr(args, f.name)
+        shown = "auto" if value is None else value
+        if f.name in given:
+            where = "command line" + (f" (preset: {chosen[f.name].value})" if f.name in chosen else "")
+        elif f.name in chosen:
+            where = "preset: " + chosen[f.name].source
+        else:
+            rest.append(f"{option(f.name)} {shown}")
+            continue
+        rows.append((f"{option(f.name)} {shown}", where))
+    width = max((len(a) for a, _ in rows), default=0)
+    head = [f"preset {preset.name}:" if preset else "no preset:"]
+    lines = (
+        head
+        + [f"  {a:<{width}}  {b}" for a, b in rows]
+        + ["every other flag at its default: " + ", ".join(rest)]
+    )
+    explicit = " ".join(f"{a}" for a, _ in rows)
+    return lines + (preset.notes if preset else []) + [f"the same run without --preset: {explicit}"]

@@ -13,7 +13,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LONGEST_FUNCTION = 60  # lines a reader can see whole (STYLE.md)
 MOST_ROOT_FILES = 15  # the root lists entry points and concepts; the rest lives in a package
-PACKAGES = ("algos", "diagnostics", "envs", "loop", "machinery", "plain", "servers")
+PACKAGES = ("algos", "diagnostics", "envs", "loop", "machinery", "plain", "presets", "servers")
 
 
 def project_files() -> dict[str, str]:
