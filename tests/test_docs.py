@@ -118,3 +118,21 @@ def test_every_study_opens_with_its_verdict_in_at_most_five_lines():
         if not first.startswith("**Verdict.**") or len(first.splitlines()) > 5:
             long.append(page.name)
     assert not long, f"no verdict of at most five lines on top: {long}"
+
+
+GUIDES = sorted(p for p in (ROOT / "docs").glob("*.md"))  # docs/studies/ holds the lab notes
+DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
+
+
+def test_the_guides_carry_no_history_and_read_in_short_sentences():
+    """A guide says how to use and learn: no dates or commit hashes in its prose (history lives in
+    CHANGELOG.md and the studies), and about 25 words a sentence."""
+    found = []
+    for page in GUIDES:
+        text = re.sub(r"`[^`\n]*`", "", prose(page.read_text()))
+        history = DATE.findall(text) + [h for h in HASH.findall(text) if re.search(r"\d", h)]
+        said = sentences(page.read_text())
+        mean = sum(len(s.split()) for s in said) / max(len(said), 1)
+        if history or mean > 25:
+            found.append(f"{page.name}: {history[:3]} {mean:.1f} words a sentence")
+    assert not found, "\n".join(found)
