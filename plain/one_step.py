@@ -16,7 +16,7 @@ after the optimizer step as `update.update`. Read it after problems 2 and 3 of t
     3. the token rows, 1 in the loss mask on the agent's sampled tokens            `pad`
        A_i = (R_i - mean_g R) / (std_g R + eps), on every agent token of episode i  grpo.group_advantages
     4. log pi(x_t | x_<t) of each agent token, under the policy and the frozen pi_ref  `token_logprobs`
-       loss = -min(r A, clip(r, 1-eps, 1+eps) A) + beta k3(pi, pi_ref) - c H  algorithm.clipped_policy_loss
+       loss = -min(r A, clip(r, 1-eps, 1+eps_hi) A) + beta k3(pi, pi_ref) - c H  algorithm.clipped_policy_loss
               (token-means, r = pi / pi_old); then one AdamW step, the gradient clipped
 
 What it leaves out, and where that lives (all of it changes speed, memory or scale, not the step):
@@ -262,7 +262,7 @@ def check(run) -> None:
         raise SystemExit(f"plain.one_step covers only {'; '.join(outside)}: train.py runs the rest")
 
 
-def show(s: Step, tokenizer) -> None:
+def show(s: Step, tokenizer, max_norm: float) -> None:
     """Print what each stage produced."""
     print(f"1. horizon: at most {s.horizon} turns per episode")
     print(f"2. rollout: {len(s.tasks)} tasks x {len(s.episodes) // len(s.tasks)} episodes, "
@@ -283,10 +283,12 @@ def show(s: Step, tokenizer) -> None:
     agent = r.loss_mask > 0
     low, high = float(s.ratio[agent].min()), float(s.ratio[agent].max())
     print(f"4. ratio pi/pi_old on {int(agent.sum())} agent tokens: {low:.7f} to {high:.7f}")
-    print("   (1 up to rounding: pi_old is the policy that sampled, the weights before this step)")
+    print("   (1 up to rounding: pi_old is the policy that sampled, the weights before this step, so the")
+    print("    clip cannot bind here, and at step 1 pi is pi_ref, so the KL term is 0 too)")
     print(f"   loss {s.loss:.5f} = " + ", ".join(f"{k.split('/')[1]} {v:.5f}" for k, v in s.stats.items()))
-    print(f"   one AdamW step: grad norm {s.grad_norm:.4f} (clipped at 1), every parameter moved by at most "
-          f"{float(s.change.abs().max()):.2e} (|change| {float(s.change.norm()):.4f})")  # fmt: skip
+    moved, size = float(s.change.abs().max()), float(s.change.norm())
+    print(f"   one AdamW step: grad norm {s.grad_norm:.4f} (clipped at {max_norm:g}), every parameter "
+          f"moved by at most {moved:.2e} (|change| {size:.4f})")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> Step:
@@ -301,7 +303,7 @@ def main(argv: list[str] | None = None) -> Step:
         close_pool(run.pool)
         if run.writer:
             run.writer.close()
-    show(s, run.learner.policy.tokenizer)
+    show(s, run.learner.policy.tokenizer, cfg.max_grad_norm)
     return s
 
 
