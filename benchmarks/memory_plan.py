@@ -4,6 +4,8 @@
     python benchmarks/memory_plan.py --plan          # 1.5B, 3B, 7B on one 80 GB GPU: the flags that fit
     python benchmarks/memory_plan.py --plan --algo ppo   # the same with PPO's critic
     python benchmarks/memory_plan.py --presets       # each preset (presets/) at 1.5B, 3B, 7B on 80 and 141 GB
+                     # then each preset's command that fits 80 GB at 3B and 7B, and its estimated
+                     # wall time on one H100 (FLOPs and memory reads, assumed utilisation: step_seconds)
 
 `--model` is one of the built-in published shapes (Qwen2.5-0.5B/1.5B/3B/7B-Instruct, SmolLM2-135M-
 Instruct: no hub needed), a local folder, or a hub id (read with AutoConfig when the hub is
@@ -50,6 +52,7 @@ the estimate is a guide to which flags a card needs, not a promise to the last G
 
 import argparse
 import dataclasses
+import math
 from dataclasses import dataclass
 
 # Fitted to benchmarks/update_memory.py on CPU (float32; SmolLM2-135M and a V = 151,936 Qwen2 shape):
@@ -305,7 +308,6 @@ def plan(run: Run, gpu_gb: float) -> list[str]:
 
 
 PRESET_MODELS = ["Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-3B-Instruct", "Qwen/Qwen2.5-7B-Instruct"]
-PRESET_LEVERS = ["ref_cpu", "gen_batch", "lora"]  # what a preset may add, in this order (LoRA last)
 
 
 def preset_run(preset) -> Run:
@@ -325,55 +327,163 @@ def preset_run(preset) -> Run:
     )
 
 
-def preset_fit(preset, model: str, gpu_gb: float) -> tuple[str, float, float, int]:
-    """(the flags a preset needs beyond its own, rollout GB, update GB, the episodes a rollout
-    could hold at once): the levers added one at a time until the peak is under SPARE x the card
-    (LoRA replaces --ref-device cpu: train.py refuses the two together). When none is enough, the
-    flags are all of them and the last number says how many of the step's episodes would fit at
-    once (train.py rolls them all out together)."""
-    s, r = shape_of(model), preset_run(preset)
-    words = {
-        "ref_cpu": "--ref-device cpu",
-        "gen_batch": f"--generation-batch-size {r.generation_batch_size}",
-        "lora": f"--lora-rank {r.lora_rank}",
-    }
-    added = []
-    for lever in [None, *PRESET_LEVERS]:
-        if lever:
-            r = dataclasses.replace(r, **{"ref_cpu": r.ref_cpu and lever != "lora", lever: True})
-            added = [a for a in added if not (lever == "lora" and a == "ref_cpu")] + [lever]
-        if max(peaks(s, r)) <= SPARE * gpu_gb:
-            break
-    ro, up = peaks(s, r)
-    fit = r
-    while max(peaks(s, fit)) > SPARE * gpu_gb and fit.rollout_batch > 1:
-        fit = dataclasses.replace(fit, rollout_batch=fit.rollout_batch // 2)
-    return " ".join(words[a] for a in added), ro, up, fit.rollout_batch
+@dataclass
+class Fit:
+    """What one preset needs on one card: the flags beyond its own, and the step they leave."""
+
+    flags: list[str]  # train.py's flags to add after the preset's, in the order a reader weighs them
+    run: Run  # the step as planned with them (its rollout_batch: the step's episodes)
+    tasks_per_step: int  # the preset's, or fewer where its episodes' caches do not fit at once
+    in_flight: int  # the most episodes whose caches fit at once (the evaluation's cap too)
+    rollout_gb: float
+    update_gb: float
+
+    @property
+    def fits(self) -> bool:
+        return self.in_flight > 0
 
 
-def preset_table(gpu_gb: float) -> list[str]:
-    """Every preset at each model size on one card: what it needs beyond its own flags, and the
-    peaks (benchmarks/memory_plan.py --presets; docs/gpu.md's tables)."""
+GENERATION_BATCHES = (128, 64, 32, 16, 8)  # --generation-batch-size tried, largest first
+IN_RUN_EVAL = 200  # train.py's --eval-episodes default: test tasks in flight at once at evaluation
+
+
+def preset_fit(preset, model: str, gpu_gb: float) -> Fit:
+    """The flags a preset needs to fit under SPARE x the card, the step's own method first: every
+    weight trained, then the reference on the CPU, then LoRA (train.py refuses the two together:
+    a LoRA run's reference is its own base). Within each, the most tasks a step that fit (the
+    step's episodes' KV caches are all kept at once, train.py rolls them out together), then the
+    largest generation batch (a smaller one is slower). Fewer tasks keep the group size (GRPO's
+    baseline) and the number of minibatches a step (so the optimizer steps of a run), each
+    minibatch shrunk in proportion. The in-run evaluation holds its episodes at once too: where
+    the default 200 do not fit, --eval-episodes is cut to the number that does."""
+    s, base = shape_of(model), preset_run(preset)
+    v = {k: x.value for k, x in preset.flags.items()}
+    group, tasks, mini = v["group_size"], v["tasks_per_step"], v["minibatch_size"]
+    minibatches = math.ceil(tasks * group / mini)
+    ok = lambda r: max(peaks(s, r)) <= SPARE * gpu_gb  # noqa: E731
+    for lora, ref_cpu in ((False, False), (False, True), (True, False)):
+        for t in range(tasks, 0, -1):
+            for g in [None, *(g for g in GENERATION_BATCHES if g < t * group)]:
+                r = dataclasses.replace(base, rollout_batch=t * group, lora=lora, ref_cpu=ref_cpu)
+                if g:
+                    r = dataclasses.replace(r, gen_batch=True, generation_batch_size=g)
+                if ok(r):
+                    in_flight = r.rollout_batch
+                    while in_flight < 1024 and ok(dataclasses.replace(r, rollout_batch=in_flight + 1)):
+                        in_flight += 1
+                    flags = []
+                    if t < tasks:
+                        flags += [
+                            f"--tasks-per-step {t}",
+                            f"--minibatch-size {math.ceil(t * group / minibatches)}",
+                        ]
+                    flags += ["--ref-device cpu"] * ref_cpu + [f"--generation-batch-size {g}"] * bool(g)
+                    flags += [f"--lora-rank {r.lora_rank}"] * lora
+                    if in_flight < min(IN_RUN_EVAL, test_tasks(preset)):
+                        flags.append(f"--eval-episodes {in_flight}")
+                    return Fit(flags, r, t, in_flight, *peaks(s, r))
+    r = dataclasses.replace(base, rollout_batch=group, lora=True, gen_batch=True)
+    return Fit(["--tasks-per-step 1", f"--lora-rank {r.lora_rank}"], r, 1, 0, *peaks(s, r))
+
+
+def test_tasks(preset) -> int:
+    """The size of the preset's test split (envs/tasks.py)."""
+    from envs import ENVS
+
+    v = {k: x.value for k, x in preset.flags.items()}
+    return len(ENVS[v["env"]].splits[v.get("test_split", "test")])
+
+
+def presets():
+    """presets.PRESETS, importable from this folder as well as from the project's root."""
     import os
     import sys
 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the project's root
     from presets import PRESETS
 
+    return PRESETS
+
+
+def preset_table(gpu_gb: float) -> list[str]:
+    """Every preset at each model size on one card: the flags it needs beyond its own, and the
+    peaks they leave (benchmarks/memory_plan.py --presets; docs/gpu.md's tables)."""
     sizes = [m.split("-")[1] for m in PRESET_MODELS]  # 1.5B, 3B, 7B
     out = [
         f"| preset ({gpu_gb:.0f} GB) | tokens a row | episodes a step | " + " | ".join(sizes) + " |",
         "|---|---|---|" + "---|" * len(sizes),
     ]
-    for name, preset in PRESETS.items():
-        r, cells = preset_run(preset), []
+    for name, preset in presets().items():
+        cells = []
         for model in PRESET_MODELS:
-            extra, ro, up, fits = preset_fit(preset, model, gpu_gb)
-            need = f"`{extra}`" if extra else "as is"
-            if fits < r.rollout_batch:
-                need = f"no ({fits} episodes at once, with `{extra}`)"
-            cells.append(f"{need} ({ro:.0f} / {up:.0f} GB)")
+            fit = preset_fit(preset, model, gpu_gb)
+            need = "`" + " ".join(fit.flags) + "`" if fit.flags else "as is"
+            cells.append(
+                f"{need} ({fit.rollout_gb:.0f} / {fit.update_gb:.0f} GB)" if fit.fits else "does not fit"
+            )
+        r = preset_run(preset)
         out.append(f"| {name} | {r.seq_len} | {r.rollout_batch} | " + " | ".join(cells) + " |")
+    return out
+
+
+def preset_commands(model: str, gpu_gb: float = 80.0) -> list[str]:
+    """One train.py command per preset that the plan fits on the card (docs/gpu.md's commands)."""
+    size = model.split("-")[1].lower()
+    out = []
+    for name, preset in presets().items():
+        fit = preset_fit(preset, model, gpu_gb)
+        run = "runs/" + name.replace("/", "-") + "-" + size
+        out.append(" ".join(["python train.py --preset", name, "--model", model, *fit.flags, "--out", run]))
+    return out
+
+
+# The time a step takes, estimated from its FLOPs (no GPU has run one): an H100 SXM's published peaks.
+H100_FLOPS = 989e12  # dense bf16 FLOP/s
+H100_BYTES = 3.35e12  # HBM3 bytes/s
+MFU = 0.4  # assumed share of the peak reached by the update's and the prefill's matmuls
+DECODE_EFF = 0.5  # assumed share of the roofline reached by a decode step of agent.py's loop
+
+
+def step_seconds(preset, model: str, fit: Fit) -> tuple[float, float]:
+    """(rollout, update) seconds of one step of `fit`, every row at the plan's full length. n is the
+    parameters that multiply (all but the embedding's lookup): 2n FLOPs a token forward. Rollout:
+    observations prefilled at 2n a token; a decode step makes one token for each of the G episodes
+    generating, as slow as its FLOPs (2n G) or its reads (the bf16 weights and the caches, half
+    full on average) allow. Update: the reference's and pi_old's forwards (2n a token each), then
+    each epoch a forward (2n), a backward (4n; 2n under LoRA, no weight gradients) and
+    checkpointing's second forward (2n)."""
+    s, r = shape_of(model), fit.run
+    n = s.params() - s.vocab * s.hidden
+    tokens = r.rollout_batch * r.seq_len
+    agent = tokens * r.agent_frac
+    g = min(r.rollout_batch, r.generation_batch_size if r.gen_batch else r.rollout_batch)
+    kv_token = s.layers * s.kv_heads * s.head_dim * (4 + 2)  # keys fp32, values bf16
+    reads = 2 * s.params() + g * r.seq_len / 2 * kv_token
+    decode = max(2 * n * g / H100_FLOPS, reads / H100_BYTES) / DECODE_EFF
+    rollout = (tokens - agent) * 2 * n / (MFU * H100_FLOPS) + math.ceil(r.rollout_batch / g) * (
+        agent / r.rollout_batch
+    ) * decode
+    epochs = preset.flags["epochs"].value
+    per_token = 4 * n + epochs * (2 * n + (2 if r.lora else 4) * n + (2 * n if r.ckpt else 0))
+    return rollout, tokens * per_token / (MFU * H100_FLOPS)
+
+
+def time_table(gpu_gb: float = 80.0) -> list[str]:
+    """Each preset's estimated wall time on one H100 with the flags that fit (docs/gpu.md)."""
+    models = PRESET_MODELS[1:]  # 3B, 7B
+    sizes = [m.split("-")[1] for m in models]
+    out = [
+        "| preset | steps | "
+        + " | ".join(f"{z}: rollout + update a step | {z}: the run" for z in sizes)
+        + " |",
+        "|---|---|" + "---|---|" * len(sizes),
+    ]
+    for name, preset in presets().items():
+        steps, cells = preset.flags["steps"].value, []
+        for model in models:
+            ro, up = step_seconds(preset, model, preset_fit(preset, model, gpu_gb))
+            cells.append(f"{ro:.0f} + {up:.0f} s | {steps * (ro + up) / 3600:.0f} h")
+        out.append(f"| {name} | {steps} | " + " | ".join(cells) + " |")
     return out
 
 
@@ -397,6 +507,9 @@ def main():
     if a.presets:
         for gpu_gb in (80.0, 141.0):
             print("\n".join(preset_table(gpu_gb)) + "\n")
+        for model in PRESET_MODELS[1:]:
+            print("\n".join(preset_commands(model)) + "\n")
+        print("\n".join(time_table()))
         return
     run = Run(
         seq_len=a.seq_len,

@@ -68,7 +68,11 @@ BABYAI = {
         "all-train", "data.train_file", "AgentItemId/babyai_train.json", "AgentGym's 40 levels"
     ),
     "test_split": Setting(
-        "all-test", "data.path (examples/eval/babyai_eval.sh)", "AgentEval/babyai", "40 levels"
+        "all-test",
+        "data.path (examples/eval/babyai_eval.sh)",
+        "AgentEval/babyai",
+        "not the same tasks: AgentEval's test set is not in this project; here seeds 10000-10009 of "
+        "each of AgentGym's 40 levels (400 tasks), the first --eval-episodes of them",
     ),
     "tasks_per_step": Setting(16, "data.train_batch_size", 16, "prompts"),
     "group_size": Setting(8, "actor_rollout_ref.rollout.n", 8),

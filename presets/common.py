@@ -100,8 +100,9 @@ NOT_HERE_BUT_THERE = {
 }
 
 HERE_BUT_NOT_THERE = {
-    "--eval-episodes": "evaluation on the test split before and after training (the reference evaluates "
-    "separately, with examples/eval/<env>_eval.sh)",
+    "--eval-episodes": "evaluation on the first N tasks of this project's test split before and after "
+    "training (the reference evaluates separately, with examples/eval/<env>_eval.sh, on AgentEval's tasks, "
+    "which are not in this project)",
     "--micro-batch-tokens": "a token cap per forward/backward (rows of 1 here, as the reference's)",
     "--generation-batch-size": "episodes that run a forward at once (vLLM schedules the reference's)",
     "--ref-device, --lora-rank": "memory levers for one GPU; the reference trains every weight with FSDP",

@@ -2,7 +2,8 @@
 out below as a table (read off AgentGym-RL's examples/train/<recipe>/<env>_train.sh and
 examples/eval/<env>_eval.sh), and every preset is held to them, units included. A flag on the
 command line wins over the preset, --show-preset says where each value came from, and every
-preset starts: two training steps of a random tiny Qwen2 against the real environment server."""
+preset starts: a full training step of a random tiny Qwen2 against the real environment server
+(two for a staged preset, the second in its second stage)."""
 
 import json
 import os
@@ -154,7 +155,8 @@ def test_an_unknown_preset_is_refused_in_one_line(capsys):
 
 @pytest.fixture(scope="module")
 def tiny_qwen2(tmp_path_factory):
-    """A random Qwen2 (2 layers, width 32) with the tiny policy's tokenizer and chat template."""
+    """A random Qwen2 (1 layer, width 8) with the tiny policy's tokenizer and chat template: the
+    architecture's code paths at the least cost a row, since a preset's step has 84 to 256 rows."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     import tiny
@@ -162,8 +164,8 @@ def tiny_qwen2(tmp_path_factory):
     tok = tiny.load(tiny.tiny_policy_path("babyai"), "babyai").tokenizer
     torch.manual_seed(0)
     ids = dict(eos_token_id=tok.eos_token_id, bos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    config = Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, **ids)  # fmt: skip
+    config = Qwen2Config(vocab_size=len(tok), hidden_size=8, intermediate_size=16, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, **ids)  # fmt: skip
     folder = tmp_path_factory.mktemp("qwen2")
     Qwen2ForCausalLM(config).save_pretrained(folder)
     tok.save_pretrained(folder)
@@ -172,11 +174,11 @@ def tiny_qwen2(tmp_path_factory):
 
 @pytest.mark.parametrize("name", list(REFERENCE))
 def test_each_preset_starts(fresh_accelerate, start_server, tiny_qwen2, tmp_path, name):
-    """Two steps with every flag as the preset sets it, on a scaled-down model: the model is a
+    """A full step with every flag as the preset sets it, on a scaled-down model: the model is a
     random tiny Qwen2, and the lengths shrink (2 tokens a turn; staged rounds 1,2,3 of one step
-    each, so the second step is in the second stage; a fixed horizon of 2 turns), since a random
-    model never ends its reply. The batch, group, minibatch, epochs, micro-batches, gradient
-    checkpointing and bf16 are the preset's."""
+    each, and two steps, so the second is in the second stage; a fixed horizon of 2 turns and one
+    step), since a random model never ends its reply. The batch, group, minibatch, epochs,
+    micro-batches, gradient checkpointing and bf16 are the preset's."""
     env = name.split("/")[1]
     if env == "webarena" and not (shutil.which("chromium") or os.environ.get("WEBARENA_CHROMIUM")):
         pytest.skip("needs Chromium (apt-get install -y chromium)")
@@ -193,7 +195,7 @@ def test_each_preset_starts(fresh_accelerate, start_server, tiny_qwen2, tmp_path
     short = ["--rounds", "1,2,3", "--steps-per-stage", "1"] if staged else ["--rounds", "2"]
     small = [
         "--steps",
-        "2",
+        "2" if staged else "1",
         "--eval-episodes",
         "0",
         "--max-new-tokens",
@@ -221,33 +223,58 @@ def test_each_preset_starts(fresh_accelerate, start_server, tiny_qwen2, tmp_path
         values(name)["tasks_per_step"], values(name)["minibatch_size"], "bf16")  # fmt: skip
     train.train(cfg)
     rows = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
-    assert [r["horizon"] for r in rows] == ([1, 2] if staged else [2, 2])
+    assert [r["horizon"] for r in rows] == ([1, 2] if staged else [2])
     assert all(r["losses/loss"] == r["losses/loss"] and r["signals/nonfinite_skips"] == 0 for r in rows)
 
 
 GPU_PAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "gpu.md")
 
 
-def test_every_command_on_the_gpu_page_parses_as_it_is():
-    """Paste-ready: each `python train.py --preset` line of docs/gpu.md is a valid command line."""
-    import shlex
-
-    lines = [
-        line for line in open(GPU_PAGE).read().splitlines() if line.startswith("python train.py --preset")
-    ]
-    assert len(lines) >= 2 * len(PRESETS)
-    for line in lines:
-        argv = [a for a in shlex.split(line)[2:] if a != "--show-preset"]
-        assert train.parse_args(argv).tasks_per_step == values(argv[1])["tasks_per_step"]
-
-
-def test_the_gpu_pages_memory_tables_are_the_plans_output():
-    """Said once: the page's per-preset tables are `memory_plan.py --presets`'s, cell for cell."""
+def memory_plan():
     import sys
 
     sys.path.insert(0, os.path.join(os.path.dirname(GPU_PAGE), "..", "benchmarks"))
     import memory_plan
 
-    page = open(GPU_PAGE).read()
+    return memory_plan
+
+
+def page_commands(start: str) -> list[str]:
+    return [line for line in open(GPU_PAGE).read().splitlines() if line.startswith(start)]
+
+
+def test_every_command_on_the_gpu_page_parses_and_changes_only_what_it_names():
+    """Paste-ready: each `python train.py --preset` line of docs/gpu.md is a valid command line, and
+    every value it does not name is the preset's."""
+    import shlex
+
+    lines = page_commands("python train.py --preset")
+    assert len(lines) >= 2 * len(PRESETS)
+    for line in lines:
+        argv = [a for a in shlex.split(line)[2:] if a != "--show-preset"]
+        named = {a[2:].replace("-", "_") for a in argv if a.startswith("--")}
+        cfg = train.parse_args(argv)
+        assert {k: getattr(cfg, k) for k in values(argv[1]) if k not in named} == {
+            k: v for k, v in values(argv[1]).items() if k not in named
+        }
+
+
+def test_the_gpu_pages_commands_are_the_ones_the_plan_fits_on_80_gb():
+    """Every 3B and 7B command on the page is memory_plan's, which fits under 90% of 80 GB."""
+    mp, page = memory_plan(), page_commands("python train.py --preset")
+    for model in ("Qwen/Qwen2.5-3B-Instruct", "Qwen/Qwen2.5-7B-Instruct"):
+        assert set(mp.preset_commands(model)) <= set(page)
+        for preset in PRESETS.values():
+            fit = mp.preset_fit(preset, model, 80.0)
+            assert fit.fits and max(fit.rollout_gb, fit.update_gb) <= mp.SPARE * 80.0
+
+
+def test_the_gpu_pages_memory_and_time_tables_are_the_plans_output():
+    """Said once: the page's per-preset tables and time estimates are `memory_plan.py --presets`'s,
+    cell for cell, and its eval.py line caps the episodes in flight where the run's own fit."""
+    mp, page = memory_plan(), open(GPU_PAGE).read()
     for gpu_gb in (80.0, 141.0):
-        assert "\n".join(memory_plan.preset_table(gpu_gb)) in page
+        assert "\n".join(mp.preset_table(gpu_gb)) in page
+    assert "\n".join(mp.time_table()) in page
+    fit = mp.preset_fit(PRESETS["scalinginter/babyai"], "Qwen/Qwen2.5-3B-Instruct", 80.0)
+    assert f"--parallel {fit.in_flight} " in page_commands("python eval.py")[0]
