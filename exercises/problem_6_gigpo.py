@@ -11,7 +11,8 @@ Each turn (i, t) gets A_{i,t} = A^E_i + omega * A^S_{i,t}:
   back from the episode's last turn (the last turn gets R_i, the one before gamma * R_i, and so
   on), normalised within its step group as GRPO does.
 - A state is the observation the turn acted on (anchors[i][t]) after the normaliser
-  (`gigpo.ANCHOR_NORMALISERS[normaliser]`).
+  (`from gigpo import ANCHOR_NORMALISERS`: a dict from the normaliser's name to a function of one
+  text that returns the text normalised; use it by this contract, as gigpo.py holds the answer).
 - step_norm "mean" centres without dividing by the std, at both levels; "std" divides at both.
 
 Worked example, gamma 0.9, omega 1, one group of two: R = [1, 0],

@@ -460,3 +460,15 @@ def test_a_project_server_named_nowhere_in_envs_tasks_says_it_serves_a_generic_i
     with caplog.at_level("WARNING", logger="servers"), TestClient(find_it.project_app()) as client:
         assert client.get("/metadata").json()["description"] == find_it.INSTRUCTION
     assert "named nowhere" not in caplog.text
+
+
+def test_grading_a_class_reads_each_students_file_as_the_checker_does(tmp_path):
+    """exercises/grade.py checks a student's file by path: a stub left as it is reads "not
+    written", a file whose function is right agrees on every case."""
+    from exercises.grade import check_file
+
+    stub = ROOT / "exercises" / "problem_2_grpo.py"
+    right = tmp_path / "problem_2_grpo.py"
+    right.write_text("from grpo import group_advantages  # (the project's: every case agrees)\n")
+    assert check_file(2, str(stub)) == {"not written": True}
+    assert check_file(2, str(right)) == {"agreed": 8, "cases": 8}
