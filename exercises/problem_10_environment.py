@@ -48,8 +48,8 @@ how the task id reaches your Game through each server, and how many Games each s
 Task: write Game, openenv_app and project_app. Check: python -m exercises.check 10
 Then serve it (`openenv` or `project`) and train on it, R the turns your game needs (docs/course.md,
 lesson 7):
-    python -m exercises.problem_10_environment openenv --port 8000
-    python train.py --env openenv --url ws://127.0.0.1:8000 --steps 80 --rounds R --out runs/l7
+  python -m exercises.problem_10_environment openenv --port 8000
+  python train.py --env openenv --url ws://127.0.0.1:8000 --steps 200 --rounds R --eval-every 40 --out runs/l7
 """
 
 import argparse

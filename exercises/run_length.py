@@ -1,15 +1,16 @@
 """Lesson 7's run length, measured: a game written as a student writes problem 10 (Unscramble),
 trained through its OpenEnv server for several seeds, held-out success read every 40 steps.
 
-    python -m benchmarks.course_run_length check             # the game passes problem 10's check
-    python -m benchmarks.course_run_length run --seeds 0 1 2 3 4 --steps 200
-    python -m benchmarks.course_run_length table             # held-out success per seed and step
+    python -m exercises.run_length check             # the game passes problem 10's check
+    python -m exercises.run_length run --seeds 0 1 2 3 4 --steps 200
+    python -m exercises.run_length table             # held-out success per seed and step
 
 Where it sits: beside the course (docs/course.md, lesson 7; docs/teach.md records the table). The
 game is not the reference (exercises/find_it.py, whose clue is read off at once): a student's game
 asks the tiny policy to work a little, here to match scrambled letters to one of six words. Each
 run is `train.py --env openenv` as the lesson gives it, with `--eval-every 40`; its output goes to
-runs/course_length/seed_S/ and its log beside it, one run after the other.
+runs/course_length/seed_S/ and its log beside it, one run after the other. Like find_it.py, it
+is an answer to problem 10: read it after your check of problem 10 passes.
 """
 
 import argparse
@@ -94,7 +95,7 @@ def run(seeds: list[int], steps: int, rounds: int) -> None:
     """One training run per seed against one OpenEnv server, one after the other."""
     os.makedirs(OUT, exist_ok=True)
     server = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.course_run_length", "serve", "--port", str(PORT)],
+        [sys.executable, "-m", "exercises.run_length", "serve", "--port", str(PORT)],
         stdout=open(f"{OUT}/server.log", "w"),
         stderr=subprocess.STDOUT,
     )
