@@ -19,7 +19,7 @@ NOT_ON_A_LAPTOP = {  # package -> why the course leaves it out
     "gguf": "a real model, not the tiny policy",
     "peft": "LoRA, not the tiny policy",
 }
-NEWER = {"orjson": "3.8.3 has no wheel for Python 3.12 or 3.13, and its source needs Rust"}
+NEWER: dict[str, str] = {}  # a package the course pins newer than the project, and why
 
 
 def pins(name: str) -> dict[str, str]:
