@@ -13,9 +13,10 @@ episode i is i. The replies are scripted: episode i says replies[i][0], then rep
 (no model is needed); the action sent is `spec.parse_action(reply)`, never the reply itself.
 
 Per episode, an `agent.Trajectory(task=tasks[i], group=i)` with:
-- messages: the conversation as the agent saw it: the system message (spec.instruction), then the
-  first observation as a user message; per turn the reply (assistant) and, if the episode goes
-  on or only the horizon stopped it, the new observation (user).
+- messages: the conversation as the agent saw it, each a dict {"role": ..., "content": ...}: the
+  system message (spec.instruction), then the first observation as a user message; per turn the
+  reply (assistant) and, if the episode goes on or only the horizon stopped it, the new
+  observation (user).
 - observations: the first observation, then every step's (the last one too); actions: every
   parsed action; rewards: every step's "reward" (0 when absent).
 - score: the last step's "score"; where that result has none, the episode's rewards add up to
@@ -23,8 +24,10 @@ Per episode, an `agent.Trajectory(task=tasks[i], group=i)` with:
   reward at least spec.success_at.
 - done: the last step's "done", as the environment said it (the horizon cutting an episode is
   not the environment ending it).
-- error: the message of a result with an "error"; an error ends the episode, whatever its "done"
-  says. An error at reset: no turn at all, and the episode is done.
+- error: the message of a result with an "error". A step's error takes the episode out of play;
+  its `done` stays what that result said. An error at reset: the reset's observation is still
+  recorded (as the first user message and the first observation), no turn is played, and `done`
+  is True.
 
 Worked example (the corridor, task 2, replies "Action: forward" twice, horizon 5): two turns;
 observations ["You are at 0. The goal is at 2.", "You are at 1. ...", "You reached the goal."];
