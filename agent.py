@@ -67,6 +67,7 @@ class Trajectory:
     category: str = ""
     error: str = ""
     truncated: int = 0  # replies cut at max_new_tokens (sent parsed as far as they go, as AgentGym does)
+    over_budget: bool = False  # ended by --conversation-tokens before the horizon (not done)
     # per turn, the advantage the update gave it, and per token the inspector's numbers
     # (credit.turn_credit, credit.token_rows)
     credit: dict = field(default_factory=dict)
@@ -83,6 +84,7 @@ class Policy:
     mask_actions: bool = False  # restrict sampling to the env's available actions
     context_turns: int = 0  # 0: the whole conversation; K: only the last K turns
     max_new_tokens: int = 512
+    conversation_tokens: int = 0  # 0: none; N: an episode ends before a turn that would start past N tokens
     temperature: float = 1.0  # 0: greedy (the most likely token; log-probs at temperature 1)
     use_instruction: bool = True  # send the env's instruction as the system message
     is_tiny: bool = False  # the built-in CPU policy (train.py picks its learning rate by this)
@@ -473,12 +475,26 @@ class WholeConversation:
 
     def __init__(self, policy: Policy):
         self.policy, self.row = policy, None
+        self.prompt = self.before = 0  # the first prompt's length; the row's before the last observation
 
     def context(self, tr: Trajectory) -> list[int]:
         if self.row is None:  # system + first observation, tokenised once
             ids = chat_ids(self.policy.tokenizer, tr.messages)
             self.row = Row(ids=ids, mask=[0] * len(ids), logprobs=[0.0] * len(ids))
+            self.prompt = len(ids)
         return self.row.ids
+
+    def over_budget(self) -> bool:
+        """--conversation-tokens N: whether the conversation after the first prompt holds more than
+        N tokens, so the next reply would start past it (the reference's data.max_response_length,
+        past which its vLLM generates nothing). Then the last observation is taken back off: the
+        row ends on the agent's own last token, as after the last turn of the horizon."""
+        budget = self.policy.conversation_tokens
+        if not budget or len(self.row.ids) - self.prompt <= budget:
+            return False
+        for column in (self.row.ids, self.row.mask, self.row.logprobs):
+            del column[self.before :]
+        return True
 
     def add_reply(self, ctx: list[int], reply: list[int], logprobs: list[float], allowed: dict) -> None:
         base = len(self.row.ids)
@@ -491,6 +507,7 @@ class WholeConversation:
         # A reply cut at max_new_tokens gets an (untrained) end-of-turn token before the glue.
         cut = [] if reply[-1:] and reply[-1] in self.policy.stop_ids else [self.policy.end_of_turn]
         suffix = cut + turn_suffix_ids(self.policy.tokenizer, observation)
+        self.before = len(self.row.ids)
         self.row.ids += suffix
         self.row.mask += [0] * len(suffix)
         self.row.logprobs += [0.0] * len(suffix)
@@ -584,6 +601,9 @@ def _rollout_chunk(policy, pool, spec, tasks, groups, horizon, batch_size, timin
                 # ends on the agent's own last token.
                 with timed(timings, "template"):
                     memory[i].add_observation(ids[k], results[k].get("observation", ""))
+                if mode is WholeConversation and memory[i].over_budget():  # ends as at the horizon
+                    trajs[i].over_budget = True
+                    continue
             still.append(i)
         live = still
 

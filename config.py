@@ -81,6 +81,11 @@ class AgentConfig:
     """restrict sampling to the env's available actions; auto: on for tiny, off for real models"""
     context_turns: int | None = flag(None, at_least=0)
     """turns of history the agent sees, 0: the whole conversation; auto: 1 for tiny, 0 for real models"""
+    conversation_tokens: int = flag(0, at_least=0)
+    """a whole conversation's token budget after the first prompt (the reference's data.max_response_length):
+    an episode ends, as at the horizon, before a turn that would start past it; the row keeps the agent's
+    last reply, at most --max-new-tokens past the budget. 0: none. Needs the whole conversation
+    (--context-turns 0)"""
     threads: int = flag(0, at_least=0)
     """torch CPU threads; 0: for the tiny policy on a CPU one per idle core, at most 2; every core for a
     real model or a GPU (set_threads; on a busy machine 1 is faster: docs/studies/speed_smollm2.md)"""
@@ -123,6 +128,12 @@ def load_agent(cfg: AgentConfig, device: str, model: str | None = None, trainabl
     for key in ("max_new_tokens", "mask_actions", "context_turns"):
         if getattr(cfg, key) is not None:
             setattr(policy, key, getattr(cfg, key))
+    policy.conversation_tokens = cfg.conversation_tokens
+    if policy.conversation_tokens and policy.context_turns:
+        raise ValueError(
+            f"--conversation-tokens counts a whole conversation's tokens, but this agent sees its last "
+            f"{policy.context_turns} turns (--context-turns {policy.context_turns}); give --context-turns 0"
+        )
     return policy
 
 
@@ -213,7 +224,7 @@ def resolve_precision(mixed_precision: str, model: str, device: str) -> str:
     """`--mixed-precision auto`: bf16 for a real model where the hardware computes in bf16 at full
     speed (a CUDA GPU that supports it; a CPU with AVX512-BF16 or AMX), else no; always no for the
     tiny policy, whose demo keeps float32's numbers. bf16 autocast keeps the trained weights, the
-    gradients, AdamW and the LM head in float32 (docs/gpu.md, "Precision"); on this project's
+    gradients, AdamW and the LM head in float32 (docs/reproduce.md, "Precision"); on this project's
     2-core CPU it made SmolLM2's update 1.7x faster (docs/studies/speed_smollm2.md). Other values as given."""
     if mixed_precision != "auto":
         return mixed_precision

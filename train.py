@@ -87,6 +87,10 @@ class Config(AgentConfig, UpdateConfig, ScheduleConfig, AlgorithmSettings, signa
     """where the frozen reference model lives: auto (the policy's device) or cpu"""
     generation_batch_size: int = flag(256, at_least=1)
     """episodes that generate at once at rollout and evaluation (their prefill's memory); the rest wait"""
+    episodes_in_flight: int = flag(0, at_least=0)
+    """episodes (and environment instances) at once: a step's rollout and an evaluation run in chunks of
+    this many, one after another, each chunk's KV caches freed before the next (0: all at once). The
+    same policy rolls out every chunk, so the step learns from the same batch: it trades time for memory"""
     eval_episodes: int = flag(200, at_least=0)
     """test tasks for eval_before / eval_after (0: skip)"""
     eval_samples: int = flag(1, at_least=1)

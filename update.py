@@ -73,7 +73,7 @@ class UpdateConfig:
     them (less memory, ~1/3 more compute)"""
     mixed_precision: str = flag("auto", choices=("auto", "no", "fp16", "bf16"))
     """no, fp16, bf16: autocast at rollout, evaluation and update alike (the trained weights stay float32;
-    docs/gpu.md, "Precision"); auto: bf16 for a real model where the hardware has fast bf16, else no
+    docs/reproduce.md, "Precision"); auto: bf16 for a real model where the hardware has fast bf16, else no
     (config.resolve_precision)"""
     lora_rank: int = flag(0, at_least=0)
     """train rank-R LoRA adapters (machinery/lora.py) instead of all weights; the reference is the base with
@@ -181,7 +181,7 @@ def prepare_batch(learner: Learner, batch: Batch, trajs: list, cfg, tm=None) -> 
 def recompute_old_logprobs(learner: Learner, batch: Batch, cfg, tm=None) -> dict:
     """pi_old from the training forward, as verl does, under --mixed-precision: in bf16/fp16 the
     sampler's cached one-token decoding rounds differently from the update's full forward, so the
-    sampled log-probs would make the first ratio != 1 (docs/gpu.md, "Precision"; in float32 they
+    sampled log-probs would make the first ratio != 1 (docs/reproduce.md, "Precision"; in float32 they
     agree to 2e-4 and are kept). Returns the mean |sampled - recomputed| per agent token."""
     with timed(tm, "old_logprobs"), learner.accelerator.autocast(), dist.full_weights(learner.forward):
         sampled, batch.old_logprobs = batch.old_logprobs, reference_logprobs(learner.policy.model, batch, cfg)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The one command for the first GPU (about 10 minutes on one card): does the GPU path do what the
-# CPU tests say it does? Prints one table and exits non-zero if any check fails.
+# The one command for the first GPU: does the GPU path do what the CPU tests say it does, and do
+# the presets fit as planned? Parts 1 and 2 take about 10 minutes on one card, part 3 hours (below).
+# Prints its tables and exits non-zero if any check fails.
 #
 #   bash benchmarks/gpu_check.sh                   # on a GPU
 #   GPU_CHECK_CPU=1 bash benchmarks/gpu_check.sh   # every part, small, on a CPU (proves the script)
@@ -15,6 +16,12 @@
 #    (one loss scaler, two optimizers; on a CPU, where Accelerate refuses fp16, the suite's scaler
 #    test instead). train.py prints the first minibatch's |log ratio|; the metrics give rollout
 #    tokens/s, peak memory and the steps skipped.
+# 3. benchmarks/preset_check.py: the first two steps of each preset (presets/) at Qwen2.5-3B-Instruct
+#    where the machine holds it offline (else the largest Qwen2.5 it holds, else SmolLM2), with the
+#    flags benchmarks/memory_plan.py fits to this card; each step's rollout and update seconds and
+#    peak memory beside the plan's. PRESETS=scalinginter/babyai,... picks some (default: all ten,
+#    4 to 32 minutes a preset at 3B on one H100 by the plan's estimate; on a CPU: scalinginter/babyai
+#    with a tiny random Qwen2).
 # Everything is kept under $OUT_DIR (default runs/gpu_check).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -67,6 +74,12 @@ else
   echo "== fp16 (a CPU: Accelerate refuses fp16; the loss scaler attached as Accelerate attaches it)"
   python -m pytest -q -p no:cacheprovider tests/test_precision_matrix.py -k fp16 || fail=1
 fi
+
+if [ "$DEVICE" = cuda ]; then PRESETS=${PRESETS:-all}; else PRESETS=${PRESETS:-scalinginter/babyai}; fi
+echo "== the presets' first steps beside the plan (benchmarks/preset_check.py --presets $PRESETS $CPU_FLAG)"
+python benchmarks/preset_check.py --presets "$PRESETS" $CPU_FLAG --out "$OUT_DIR/presets" 2>&1 \
+  | grep -v -i "warn" | tee "$OUT_DIR/presets.md"
+[ "${PIPESTATUS[0]}" = 0 ] || fail=1
 
 if [ "$fail" = 0 ]; then echo "gpu_check: all passed"; else echo "gpu_check: FAILED"; fi
 exit "$fail"

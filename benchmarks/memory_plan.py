@@ -46,7 +46,7 @@ a scalar head that trains what the policy trains: every weight in float32 with g
 AdamW's two moments (16 bytes a parameter), or under LoRA a frozen copy of the base (2 bytes in
 bf16) and its own adapters; its forward's activations are alive beside the policy's until the
 loss's backward (the value loss and the policy loss are one backward), so they count twice.
-The constants were fitted to what `benchmarks/update_memory.py` measured on CPU (docs/gpu.md);
+The constants were fitted to what `benchmarks/update_memory.py` measured on CPU (docs/reproduce.md);
 the estimate is a guide to which flags a card needs, not a promise to the last GB.
 """
 
@@ -332,9 +332,9 @@ class Fit:
     """What one preset needs on one card: the flags beyond its own, and the step they leave."""
 
     flags: list[str]  # train.py's flags to add after the preset's, in the order a reader weighs them
-    run: Run  # the step as planned with them (its rollout_batch: the step's episodes)
-    tasks_per_step: int  # the preset's, or fewer where its episodes' caches do not fit at once
-    in_flight: int  # the most episodes whose caches fit at once (the evaluation's cap too)
+    run: Run  # the step as planned with them (its rollout_batch: the episodes in flight at once)
+    episodes: int  # the step's episodes, the preset's tasks x group: what the update learns from
+    in_flight: int  # the most episodes whose caches fit at once (the rollout's chunk, the evaluation's too)
     rollout_gb: float
     update_gb: float
 
@@ -350,40 +350,28 @@ IN_RUN_EVAL = 200  # train.py's --eval-episodes default: test tasks in flight at
 def preset_fit(preset, model: str, gpu_gb: float) -> Fit:
     """The flags a preset needs to fit under SPARE x the card, the step's own method first: every
     weight trained, then the reference on the CPU, then LoRA (train.py refuses the two together:
-    a LoRA run's reference is its own base). Within each, the most tasks a step that fit (the
-    step's episodes' KV caches are all kept at once, train.py rolls them out together), then the
-    largest generation batch (a smaller one is slower). Fewer tasks keep the group size (GRPO's
-    baseline) and the number of minibatches a step (so the optimizer steps of a run), each
-    minibatch shrunk in proportion. The in-run evaluation holds its episodes at once too: where
-    the default 200 do not fit, --eval-episodes is cut to the number that does."""
+    a LoRA run's reference is its own base). The step's batch is always the preset's: where its
+    episodes' KV caches do not fit at once (whole-conversation episodes keep theirs between turns),
+    --episodes-in-flight N rolls the step out in chunks of the most that fit, and the in-run
+    evaluation in the same chunks. Only where not even one episode's generation fits is a
+    --generation-batch-size tried, the largest first."""
     s, base = shape_of(model), preset_run(preset)
-    v = {k: x.value for k, x in preset.flags.items()}
-    group, tasks, mini = v["group_size"], v["tasks_per_step"], v["minibatch_size"]
-    minibatches = math.ceil(tasks * group / mini)
+    episodes = base.rollout_batch
+    at_once = max(episodes, min(IN_RUN_EVAL, test_tasks(preset)))  # the step's, or the evaluation's
     ok = lambda r: max(peaks(s, r)) <= SPARE * gpu_gb  # noqa: E731
     for lora, ref_cpu in ((False, False), (False, True), (True, False)):
-        for t in range(tasks, 0, -1):
-            for g in [None, *(g for g in GENERATION_BATCHES if g < t * group)]:
-                r = dataclasses.replace(base, rollout_batch=t * group, lora=lora, ref_cpu=ref_cpu)
-                if g:
-                    r = dataclasses.replace(r, gen_batch=True, generation_batch_size=g)
-                if ok(r):
-                    in_flight = r.rollout_batch
-                    while in_flight < 1024 and ok(dataclasses.replace(r, rollout_batch=in_flight + 1)):
-                        in_flight += 1
-                    flags = []
-                    if t < tasks:
-                        flags += [
-                            f"--tasks-per-step {t}",
-                            f"--minibatch-size {math.ceil(t * group / minibatches)}",
-                        ]
-                    flags += ["--ref-device cpu"] * ref_cpu + [f"--generation-batch-size {g}"] * bool(g)
-                    flags += [f"--lora-rank {r.lora_rank}"] * lora
-                    if in_flight < min(IN_RUN_EVAL, test_tasks(preset)):
-                        flags.append(f"--eval-episodes {in_flight}")
-                    return Fit(flags, r, t, in_flight, *peaks(s, r))
-    r = dataclasses.replace(base, rollout_batch=group, lora=True, gen_batch=True)
-    return Fit(["--tasks-per-step 1", f"--lora-rank {r.lora_rank}"], r, 1, 0, *peaks(s, r))
+        for g in (None, *GENERATION_BATCHES):
+            r = dataclasses.replace(base, lora=lora, ref_cpu=ref_cpu)
+            if g:
+                r = dataclasses.replace(r, gen_batch=True, generation_batch_size=g)
+            n = next((n for n in range(at_once, 0, -1) if ok(dataclasses.replace(r, rollout_batch=n))), 0)
+            if n:
+                r = dataclasses.replace(r, rollout_batch=min(n, episodes))
+                flags = [f"--episodes-in-flight {n}"] * (n < at_once) + ["--ref-device cpu"] * ref_cpu
+                flags += [f"--generation-batch-size {g}"] * bool(g) + [f"--lora-rank {r.lora_rank}"] * lora
+                return Fit(flags, r, episodes, n, *peaks(s, r))
+    r = dataclasses.replace(base, rollout_batch=1, lora=True, gen_batch=True)
+    return Fit([f"--lora-rank {r.lora_rank}"], r, episodes, 0, *peaks(s, r))
 
 
 def test_tasks(preset) -> int:
@@ -407,7 +395,7 @@ def presets():
 
 def preset_table(gpu_gb: float) -> list[str]:
     """Every preset at each model size on one card: the flags it needs beyond its own, and the
-    peaks they leave (benchmarks/memory_plan.py --presets; docs/gpu.md's tables)."""
+    peaks they leave (benchmarks/memory_plan.py --presets; docs/reproduce.md's tables)."""
     sizes = [m.split("-")[1] for m in PRESET_MODELS]  # 1.5B, 3B, 7B
     out = [
         f"| preset ({gpu_gb:.0f} GB) | tokens a row | episodes a step | " + " | ".join(sizes) + " |",
@@ -427,7 +415,7 @@ def preset_table(gpu_gb: float) -> list[str]:
 
 
 def preset_commands(model: str, gpu_gb: float = 80.0) -> list[str]:
-    """One train.py command per preset that the plan fits on the card (docs/gpu.md's commands)."""
+    """One train.py command per preset that the plan fits on the card (docs/reproduce.md's commands)."""
     size = model.split("-")[1].lower()
     out = []
     for name, preset in presets().items():
@@ -447,29 +435,29 @@ DECODE_EFF = 0.5  # assumed share of the roofline reached by a decode step of ag
 def step_seconds(preset, model: str, fit: Fit) -> tuple[float, float]:
     """(rollout, update) seconds of one step of `fit`, every row at the plan's full length. n is the
     parameters that multiply (all but the embedding's lookup): 2n FLOPs a token forward. Rollout:
-    observations prefilled at 2n a token; a decode step makes one token for each of the G episodes
-    generating, as slow as its FLOPs (2n G) or its reads (the bf16 weights and the caches, half
-    full on average) allow. Update: the reference's and pi_old's forwards (2n a token each), then
-    each epoch a forward (2n), a backward (4n; 2n under LoRA, no weight gradients) and
+    observations prefilled at 2n a token; the step's episodes run in chunks of the episodes in
+    flight, each chunk in generation batches of G; a decode step makes one token for each of the G
+    episodes generating, as slow as its FLOPs (2n G) or its reads (the bf16 weights and the caches,
+    half full on average) allow. Update: the reference's and pi_old's forwards (2n a token each),
+    then each epoch a forward (2n), a backward (4n; 2n under LoRA, no weight gradients) and
     checkpointing's second forward (2n)."""
     s, r = shape_of(model), fit.run
     n = s.params() - s.vocab * s.hidden
-    tokens = r.rollout_batch * r.seq_len
+    tokens = fit.episodes * r.seq_len
     agent = tokens * r.agent_frac
     g = min(r.rollout_batch, r.generation_batch_size if r.gen_batch else r.rollout_batch)
     kv_token = s.layers * s.kv_heads * s.head_dim * (4 + 2)  # keys fp32, values bf16
     reads = 2 * s.params() + g * r.seq_len / 2 * kv_token
     decode = max(2 * n * g / H100_FLOPS, reads / H100_BYTES) / DECODE_EFF
-    rollout = (tokens - agent) * 2 * n / (MFU * H100_FLOPS) + math.ceil(r.rollout_batch / g) * (
-        agent / r.rollout_batch
-    ) * decode
+    passes = math.ceil(fit.episodes / r.rollout_batch) * math.ceil(r.rollout_batch / g)  # generation batches
+    rollout = (tokens - agent) * 2 * n / (MFU * H100_FLOPS) + passes * (agent / fit.episodes) * decode
     epochs = preset.flags["epochs"].value
     per_token = 4 * n + epochs * (2 * n + (2 if r.lora else 4) * n + (2 * n if r.ckpt else 0))
     return rollout, tokens * per_token / (MFU * H100_FLOPS)
 
 
 def time_table(gpu_gb: float = 80.0) -> list[str]:
-    """Each preset's estimated wall time on one H100 with the flags that fit (docs/gpu.md)."""
+    """Each preset's estimated wall time on one H100 with the flags that fit (docs/reproduce.md)."""
     models = PRESET_MODELS[1:]  # 3B, 7B
     sizes = [m.split("-")[1] for m in models]
     out = [

@@ -1,7 +1,7 @@
 """Peak memory and seconds of ONE real update, by sequence length: the old (B, T, V) path against
 the chunked one (machinery/logprobs.py), on this machine's CPU.
 
-    python benchmarks/update_memory.py                                   # docs/gpu.md's table
+    python benchmarks/update_memory.py                                   # docs/reproduce.md's table
     python benchmarks/update_memory.py --models qwen2-151k --seq-lens 1024 --paths after
 
 One update = the frozen reference model's log-probs (no grad), the policy's log-probs and entropy,

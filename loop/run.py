@@ -107,6 +107,7 @@ def setup(cfg, load_learner) -> Run:
     # this process's environments: its own local server (on a free port), or its share of --url's list
     my_tasks = len(dist.shard(list(range(cfg.tasks_per_step))))
     size = max(my_tasks * cfg.group_size, math.ceil(n_eval * cfg.eval_samples / dist.world()))
+    size = min(size, cfg.episodes_in_flight or size)  # agent.rollout runs len(pool) episodes at a time
     log_path = os.path.join(cfg.out, "server.log" if main else f"server.{dist.rank()}.log")
     pool = open_pool(cfg.env, size=size, url=url, log_path=log_path)
     summary, history = previous_outputs(cfg, saved, start, main)

@@ -31,7 +31,7 @@ issue alike (a process whose rows share no prompt would wait forever for the oth
 
 Precision. Call it under the autocast of the run (`--mixed-precision`); `train.py` samples under
 the same one. The sampler's cached one-token decoding still rounds differently in bf16, which is
-why train.py then recomputes pi_old with this forward (docs/gpu.md, "Precision"). Dropout is off
+why train.py then recomputes pi_old with this forward (docs/reproduce.md, "Precision"). Dropout is off
 (`disable_dropout`): the update runs in train mode, the rollout in eval mode, and both must score
 the same distribution.
 

@@ -1,6 +1,6 @@
 """LoRA: train low-rank adapters instead of the policy's weights (Hu et al., 2021, "LoRA: Low-Rank
 Adaptation of Large Language Models", eq. 3), through `peft`. The usual way to fit a 7B policy's
-RL update on one GPU (see docs/gpu.md).
+RL update on one GPU (see docs/reproduce.md).
 
 Where it sits: `train.py --lora-rank R` wraps the loaded policy with `add_adapters()`; the policy's
 optimizer then holds only the adapters. Every linear layer W0 of every block becomes

@@ -24,7 +24,10 @@ def step_metrics(
     t0, t_roll, t_update = times
     # dist.gather: the same lists on every process, so the adaptive schedule decides the same everywhere
     ep = dist.gather(
-        [(t.reward, t.success, t.turns, t.truncated, not t.done and t.turns >= horizon) for t in trajs]
+        [
+            (t.reward, t.success, t.turns, t.truncated, not t.done and t.turns >= horizon, t.over_budget)
+            for t in trajs
+        ]
     )
     agent_tokens = int(dist.global_sum(int(batch.loss_mask.sum())))
     update_tokens = epochs * dist.global_sum(int(batch.attention_mask.sum()))
@@ -37,9 +40,12 @@ def step_metrics(
         "charts/truncated_replies": sum(e[3] for e in ep),
         # episodes the horizon ended (the env had not said done): the adaptive schedule's signal
         "charts/cut_share": float(np.mean([e[4] for e in ep])),
+        "charts/over_budget_share": float(np.mean([e[5] for e in ep])),  # ended by --conversation-tokens
         "charts/tokens_per_s": agent_tokens / max(t_roll, 1e-9),
         "charts/seconds_per_step": time.time() - t0,
         "perf/update_tokens_per_s": update_tokens / (time.time() - t_update),
+        "perf/rollout_seconds": t_roll,
+        "perf/update_seconds": time.time() - t_update,  # pi_old, the reference, advantages, the passes
         "perf/peak_memory_gb": dist.global_max(peak_memory_gb(device)),  # the largest process's
         **stats,
     }

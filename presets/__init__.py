@@ -10,7 +10,7 @@ preset, and the preset over the dataclass's default. `--show-preset` (or `--pres
 prints each flag's value and its source. The data is in presets/scalinginter.py (staged horizon,
 `examples/train/ScalingInter-RL/<env>_train.sh`) and presets/agentgym_rl.py (fixed horizon,
 `examples/train/AgentGym-RL/<env>_train.sh`); the settings all ten share, and the knobs that have
-no counterpart on the other side, are in presets/common.py. docs/gpu.md lists them for a reader;
+no counterpart on the other side, are in presets/common.py. docs/reproduce.md lists them for a reader;
 tests/test_presets.py holds every preset to the reference's scripts, units included.
 """
 
@@ -30,7 +30,7 @@ class Preset:
     script: str  # the reference's training script it copies
     flags: dict[str, Setting]  # train.py's field name -> our value and the reference's
     prompt_tokens: int  # data.max_prompt_length: the first prompt's budget (no flag here)
-    response_tokens: int  # data.max_response_length: a whole conversation's budget (no flag here)
+    response_tokens: int  # data.max_response_length: a conversation's budget (its --conversation-tokens)
 
     @property
     def notes(self) -> list[str]:
@@ -39,8 +39,6 @@ class Preset:
             **NOT_HERE_BUT_THERE,
             "data.max_prompt_length": f"{self.prompt_tokens}: "
             + NOT_HERE_BUT_THERE["data.max_prompt_length"],
-            "data.max_response_length": f"{self.response_tokens}: "
-            + NOT_HERE_BUT_THERE["data.max_response_length"],
         }
         return (
             [f"from {self.script} (github.com/WooooDyy/AgentGym-RL) and {EVAL_SCRIPT.format(env=self.env)}"]
@@ -56,8 +54,9 @@ class Preset:
 
     @property
     def tokens_per_episode(self) -> int:
-        """The longest row the reference trains on: its prompt and whole-conversation budgets."""
-        return self.prompt_tokens + self.response_tokens
+        """The longest row a preset trains on: the reference's prompt budget, its conversation budget
+        (--conversation-tokens), and one reply that starts at the budget's edge (--max-new-tokens)."""
+        return self.prompt_tokens + self.response_tokens + self.flags["max_new_tokens"].value
 
 
 def _presets() -> dict[str, Preset]:

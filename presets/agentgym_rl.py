@@ -15,6 +15,8 @@ MINI = "actor_rollout_ref.actor.ppo_mini_batch_size"
 STAGE = "algorithm.rounds_ctrl.steps_scaling_inter"
 ROUNDS = "algorithm.rounds_ctrl.rounds (type fixed)"
 EPOCHS = "trainer.total_epochs"
+RESPONSE = "data.max_response_length"
+WHOLE = "a conversation's tokens after the first prompt"
 WHY_STEPS = "epochs over a train file of unknown size; here the ScalingInter-RL run's steps"
 ONE_STAGE = "unused by a fixed horizon: one stage, the whole run"
 
@@ -30,6 +32,7 @@ WEBARENA = {
     "steps_per_stage": Setting(240, STAGE, 100, ONE_STAGE),
     "steps": Setting(240, EPOCHS, 25, WHY_STEPS),
     "max_new_tokens": Setting(512, "actor_rollout_ref.rollout.max_tokens", 512, "one turn's tokens"),
+    "conversation_tokens": Setting(14098, RESPONSE, 14098, WHOLE),
     "eval_horizon": Setting(15, "max_rounds (examples/eval/webarena_eval.sh)", 15),
 }
 
@@ -44,6 +47,7 @@ SEARCHQA = {
     "steps_per_stage": Setting(300, STAGE, 100, ONE_STAGE),
     "steps": Setting(300, EPOCHS, 20, WHY_STEPS),
     "max_new_tokens": Setting(512, "actor_rollout_ref.rollout.max_tokens", 512, "one turn's tokens"),
+    "conversation_tokens": Setting(8192, RESPONSE, 8192, WHOLE),
     "eval_horizon": Setting(30, "max_rounds (examples/eval/searchqa_eval.sh)", 30),
 }
 
@@ -58,6 +62,7 @@ TEXTCRAFT = {
     "steps_per_stage": Setting(300, STAGE, 100, ONE_STAGE),
     "steps": Setting(300, EPOCHS, 30, WHY_STEPS),
     "max_new_tokens": Setting(512, "actor_rollout_ref.rollout.max_tokens", 512, "one turn's tokens"),
+    "conversation_tokens": Setting(10240, RESPONSE, 10240, WHOLE),
     "eval_horizon": Setting(30, "max_rounds (examples/eval/textcraft_eval.sh)", 30),
 }
 
@@ -82,6 +87,7 @@ BABYAI = {
     "steps_per_stage": Setting(300, STAGE, 100, ONE_STAGE),
     "steps": Setting(300, EPOCHS, 10, WHY_STEPS),
     "max_new_tokens": Setting(200, "actor_rollout_ref.rollout.max_tokens", 200, "one turn's tokens"),
+    "conversation_tokens": Setting(4096, RESPONSE, 4096, WHOLE),
     "eval_horizon": Setting(20, "max_rounds (examples/eval/babyai_eval.sh)", 20),
 }
 
@@ -96,10 +102,11 @@ SCIWORLD = {
     "steps_per_stage": Setting(300, STAGE, 100, ONE_STAGE),
     "steps": Setting(300, EPOCHS, 10, WHY_STEPS),
     "max_new_tokens": Setting(200, "actor_rollout_ref.rollout.max_tokens", 200, "one turn's tokens"),
+    "conversation_tokens": Setting(4096, RESPONSE, 4096, WHOLE),
     "eval_horizon": Setting(30, "max_rounds (examples/eval/sciworld_eval.sh)", 30),
 }
 
-# data.max_prompt_length, data.max_response_length: a whole conversation's budget, no flag here
+# data.max_prompt_length (no flag here: the first prompt is never cut), data.max_response_length
 BUDGETS = {
     "webarena": (750, 14098),
     "searchqa": (1024, 8192),

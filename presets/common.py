@@ -9,7 +9,7 @@ Units. The reference (verl, in AgentGym-RL's `examples/train/<recipe>/<env>_trai
 `rollout.n` to get trajectories. train.py counts `--tasks-per-step` (prompts) x `--group-size`
 (n) trajectories a step, and `--minibatch-size` in trajectories. The reference's
 `rollout.max_tokens` is one turn's budget (our `--max-new-tokens`); its `data.max_response_length`
-is a whole conversation's, which has no flag here (see `NOT_HERE_BUT_THERE`).
+is a whole conversation's after the first prompt (our `--conversation-tokens`).
 """
 
 from typing import NamedTuple
@@ -77,10 +77,6 @@ project (algorithm.k3_kl, clamped as verl clamps it), so it has no flag."""
 # The reference's knobs that have no flag here, per preset (their values differ per environment,
 # so each preset lists its own; presets/agentgym_rl.py and presets/scalinginter.py fill them in).
 NOT_HERE_BUT_THERE = {
-    "data.max_response_length": "a whole conversation's token budget (the prompt aside); the reference ends "
-    "an episode that reaches it. train.py has no such budget: an episode ends at the horizon, so its length "
-    "is at most the turns x (--max-new-tokens + an observation). benchmarks/memory_plan.py --presets plans "
-    "for rows of max_prompt_length + max_response_length tokens",
     "data.max_prompt_length": "the first prompt's budget (the task's description); ours is never cut",
     "trainer.total_epochs": "epochs over the reference's train file (AgentGym-RL-Data-ID), floor(items / "
     "train_batch_size) steps each; the file is not in the reference's repository, so --steps is set to "

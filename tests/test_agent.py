@@ -19,7 +19,7 @@ def pool(start_server):
     p.close()
 
 
-def run(tiny_path, pool, context_turns, mask_actions, horizon=3, max_new_tokens=48):
+def run(tiny_path, pool, context_turns, mask_actions, horizon=3, max_new_tokens=48, conversation_tokens=0):
     torch.manual_seed(0)
     policy = tiny.load(tiny_path, "babyai")
     policy.context_turns, policy.mask_actions, policy.max_new_tokens = (
@@ -27,6 +27,7 @@ def run(tiny_path, pool, context_turns, mask_actions, horizon=3, max_new_tokens=
         mask_actions,
         max_new_tokens,
     )
+    policy.conversation_tokens = conversation_tokens
     spec = ENVS["babyai"]
     trajs = rollout(
         policy, pool, spec, spec.splits["train"][:4] * 2, horizon=horizon, groups=[0, 1, 2, 3] * 2
@@ -63,6 +64,32 @@ def test_loss_mask_is_one_exactly_on_the_agents_replies(tiny_path, pool):
             )
         # the sequence ends on the agent's last token: no observation after the last action
         assert row.mask[-1] == 1
+
+
+def test_conversation_tokens_ends_an_episode_before_a_turn_that_would_start_past_the_budget(tiny_path, pool):
+    """--conversation-tokens N (the reference's data.max_response_length): no reply starts after N
+    tokens of conversation past the first prompt; an episode that reached it ends there, not done,
+    its row ending on the agent's own last token. Without the budget the same episodes run longer."""
+    first = lambda row: row.mask.index(1)  # noqa: E731  the first prompt's length
+    _, free = run(tiny_path, pool, context_turns=0, mask_actions=True, horizon=8)
+    budget = max(len(t.rows[0].ids) - first(t.rows[0]) for t in free) // 2
+    _, cut = run(tiny_path, pool, context_turns=0, mask_actions=True, horizon=8, conversation_tokens=budget)
+    assert any(t.over_budget for t in cut) and not any(t.over_budget for t in free)
+    for t in cut:
+        row = t.rows[0]
+        last = spans(row.mask)[-1]
+        assert last[0] - first(row) <= budget  # the last reply started within the budget
+        assert len(spans(row.mask)) == t.turns and row.mask[-1] == 1
+        if t.over_budget:
+            assert not t.done and t.turns < 8
+    assert sum(t.turns for t in cut) < sum(t.turns for t in free)
+
+
+def test_conversation_tokens_needs_the_whole_conversation():
+    with pytest.raises(ValueError, match="--conversation-tokens counts a whole conversation"):
+        from train import train
+
+        train(Config(conversation_tokens=100, steps=1, eval_episodes=0))  # the tiny policy: 1 turn in view
 
 
 def test_free_generation_masks_exactly_the_sampled_tokens(tiny_path, pool):

@@ -60,6 +60,28 @@ def test_evaluation_generates_in_batches_of_generation_batch_size(tmp_path, batc
     assert batch_sizes and max(batch_sizes) == 2
 
 
+def test_episodes_in_flight_rolls_a_step_out_in_chunks_and_learns_from_every_episode(
+    tmp_path, batch_sizes, monkeypatch
+):
+    """--episodes-in-flight 4: the pool holds 4 environment instances, no forward generates for more
+    than 4 episodes, and the step still learns from all 3 tasks x 3 samples, whole groups."""
+    import json
+
+    import loop.run
+
+    sizes, real = [], loop.run.open_pool
+    monkeypatch.setattr(
+        loop.run, "open_pool", lambda env, size, **k: sizes.append(size) or real(env, size, **k)
+    )
+    out = tmp_path / "run"
+    train(Config(steps=1, tasks_per_step=3, group_size=3, eval_episodes=5, rounds="2", episodes_in_flight=4,
+                 save_rollouts_every=1, out=str(out)))  # fmt: skip
+    assert sizes == [4] and batch_sizes and max(batch_sizes) == 4
+    tasks = [json.loads(line)["task"] for line in open(out / "rollouts" / "step_000001.jsonl")]
+    assert len(tasks) == 9 and sorted(tasks.count(t) for t in set(tasks)) == [3, 3, 3]  # whole groups
+    assert json.load(open(out / "summary.json"))["eval_before"]["n_episodes"] == 5
+
+
 def test_resume_restores_the_cuda_generator_when_there_is_one(monkeypatch):
     """Sampling on a GPU draws from the CUDA generator: rng_state keeps it and set_rng_state
     puts it back (faked here: this machine has no CUDA)."""
