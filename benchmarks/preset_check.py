@@ -43,14 +43,18 @@ CPU_FLAGS = ["--device", "cpu", "--threads", "1", "--max-new-tokens", "2", "--ro
              "--episodes-in-flight", "8"]  # fmt: skip
 
 
-def pick_model() -> str:
-    """The largest model of OFFLINE in the Hugging Face cache, else SmolLM2 (vendored)."""
+def cached(model: str) -> bool:
+    """Whether the Hugging Face cache holds `model`, a hub id (then it loads with no network)."""
     from huggingface_hub import try_to_load_from_cache
 
-    for model in OFFLINE:
-        if isinstance(try_to_load_from_cache(model, "config.json"), str):
-            return model
-    return SMOLLM2
+    if os.path.exists(model) or model.count("/") != 1:  # a local folder, or no hub id
+        return False
+    return isinstance(try_to_load_from_cache(model, "config.json"), str)
+
+
+def pick_model() -> str:
+    """The largest model of OFFLINE in the Hugging Face cache, else SmolLM2 (vendored)."""
+    return next((model for model in OFFLINE if cached(model)), SMOLLM2)
 
 
 def tiny_qwen2(folder: str) -> str:
@@ -82,12 +86,14 @@ def run_preset(name: str, model: str, flags: list[str], steps: int, out: str, ti
     argv = [sys.executable, "train.py", "--preset", name, "--model", "smollm2" if model == SMOLLM2 else model,
             *flags, "--steps", str(steps), "--eval-episodes", "0", "--out", out]  # fmt: skip
     print("$", " ".join(argv[1:]), flush=True)
+    env = dict(os.environ, **({"HF_HUB_OFFLINE": "1"} if cached(model) else {}))  # no hub calls
     t0 = time.time()
     with open(out + ".log", "w") as log:
         try:
-            code = subprocess.run(
-                argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, timeout=timeout
-            ).returncode
+            run = subprocess.run(
+                argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=timeout
+            )
+            code = run.returncode
         except subprocess.TimeoutExpired:
             code = f"timed out after {timeout:.0f} s"
     shutil.rmtree(os.path.join(out, "checkpoint"), ignore_errors=True)
