@@ -175,7 +175,15 @@ def tiny_qwen2(tmp_path_factory):
 IN_FLIGHT = {"sciworld": 2, "webarena": 4}  # the fastest here: resets are CPU-bound on 2 cores
 
 
-@pytest.mark.parametrize("name", [n for n in REFERENCE if n != "agentgym-rl/webarena"])  # (its twin's run)
+SLOW = {"scalinginter/webarena", "scalinginter/textcraft"}  # over 30 s on 2 cores: `-m slow` (pyproject.toml)
+STARTS = [
+    pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n
+    for n in REFERENCE
+    if n != "agentgym-rl/webarena"
+]
+
+
+@pytest.mark.parametrize("name", STARTS)  # (agentgym-rl/webarena: its twin's run, the test below)
 def test_each_preset_starts(fresh_accelerate, start_server, tiny_qwen2, tmp_path, name):
     """A full step with every flag as the preset sets it, on a scaled-down model: the model is a
     random tiny Qwen2, and the lengths shrink (2 tokens a turn; staged rounds 1,2,3 of one step

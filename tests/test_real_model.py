@@ -138,6 +138,7 @@ def test_action_masking_works_for_a_real_model(policy, pool):
         assert tr.truncated == 0
 
 
+@pytest.mark.slow  # over 30 s on 2 cores (pyproject.toml)
 def test_a_two_step_grpo_run_checkpoints_resumes_and_evaluates(tmp_path, fresh_accelerate):
     """(A real model trains under bf16 autocast on a CPU with bf16 instructions: --mixed-precision
     auto; Accelerate's per-process state is reset around it, as a run of its own would have it.)"""

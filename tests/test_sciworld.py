@@ -163,6 +163,7 @@ def test_close_ends_the_jvm(server):
     assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
 
 
+@pytest.mark.slow  # over 30 s on 2 cores (pyproject.toml)
 def test_rss_stays_flat_over_1000_episodes(server):
     """1,000 short episodes (reset + 2 steps) on two reused instances: the server's own memory
     stays flat, and so does each capped JVM's once warm."""

@@ -44,6 +44,7 @@ BUILD_TOLERANCE = 1e-4
 """How far (absolute) a fresh build's weights may be from the shipped ones: float rounding only."""
 
 
+@pytest.mark.slow  # over 30 s on 2 cores (pyproject.toml)
 def test_the_shipped_policy_is_a_fresh_build_with_the_same_seed_up_to_rounding(tmp_path):
     """The tokenizer and the config exactly, every tensor within BUILD_TOLERANCE (one torch thread;
     ~2 min on 2 cores). Not bit for bit: the shipped weights came from the update's forward before
