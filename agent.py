@@ -487,8 +487,8 @@ class WholeConversation:
     def over_budget(self) -> bool:
         """--conversation-tokens N: whether the conversation after the first prompt holds more than
         N tokens, so the next reply would start past it (the reference's data.max_response_length,
-        past which its vLLM generates nothing). Then the last observation is taken back off: the
-        row ends on the agent's own last token, as after the last turn of the horizon."""
+        where it caps vLLM's context and cuts its rows). Then the last observation is taken back
+        off: the row ends on the agent's own last token, as after the last turn of the horizon."""
         budget = self.policy.conversation_tokens
         if not budget or len(self.row.ids) - self.prompt <= budget:
             return False
