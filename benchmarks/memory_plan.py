@@ -283,26 +283,32 @@ def table(s: Shape, base: Run, gpu_gb: float) -> list[str]:
 
 
 def plan(run: Run, gpu_gb: float) -> list[str]:
-    """For each Qwen2.5 size: the fewest options (in the order above) that fit, LoRA last; when
-    even all of them do not, fewer episodes per rollout (tasks x group: the kept KV caches)."""
+    """For each Qwen2.5 size: the fewest options (in the order above) that fit, every weight trained
+    first; where even all of them do not, fewer episodes in flight (--episodes-in-flight: the step's
+    batch unchanged, its kept KV caches fewer), as preset_fit does; LoRA, which changes the method,
+    only where full training does not fit at all."""
     out = [
-        "| model | params | flags | episodes per rollout | rollout GB | update GB |",
+        "| model | params | flags | episodes in flight | rollout GB | update GB |",
         "|---|---|---|---|---|---|",
     ]
+    fit = lambda r: max(peaks(s, r)) <= SPARE * gpu_gb  # noqa: E731
     for name in ["Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-3B-Instruct", "Qwen/Qwen2.5-7B-Instruct"]:
         s = shape_of(name)
-        r = dataclasses.replace(run, chunked=True)
-        for o in OPTIONS[1:]:
-            if max(peaks(s, r)) <= SPARE * gpu_gb:
+        for lora in (False, True):
+            r = dataclasses.replace(run, chunked=True, lora=lora)
+            for o in OPTIONS[1:-1]:  # all but LoRA
+                if fit(r):
+                    break
+                r = dataclasses.replace(r, **{o: True})
+            while not fit(r) and r.rollout_batch > 1:
+                r = dataclasses.replace(r, rollout_batch=r.rollout_batch // 2)
+            if fit(r):
                 break
-            r = dataclasses.replace(r, **{o: True})
-        while max(peaks(s, r)) > SPARE * gpu_gb and r.rollout_batch > 1:
-            r = dataclasses.replace(r, rollout_batch=r.rollout_batch // 2)
         ro, up = peaks(s, r)
-        fits = "" if max(ro, up) <= SPARE * gpu_gb else " (does not fit)"
+        cap = f" --episodes-in-flight {r.rollout_batch}" if r.rollout_batch < run.rollout_batch else ""
         out.append(
-            f"| {name} | {s.params() / 1e9:.2f}B | `{flags(r)}`{fits} | {r.rollout_batch} | {ro:.1f} | "
-            f"{up:.1f} |"
+            f"| {name} | {s.params() / 1e9:.2f}B | `{flags(r)}{cap}`{'' if fit(r) else ' (does not fit)'} | "
+            f"{r.rollout_batch} | {ro:.1f} | {up:.1f} |"
         )
     return out
 
