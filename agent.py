@@ -484,11 +484,12 @@ class WholeConversation:
             self.prompt = len(ids)
         return self.row.ids
 
-    def over_budget(self) -> bool:
-        """--conversation-tokens N: whether the conversation after the first prompt holds more than
-        N tokens, so the next reply would start past it (the reference's data.max_response_length,
-        where it caps vLLM's context and cuts its rows). Then the last observation is taken back
-        off: the row ends on the agent's own last token, as after the last turn of the horizon."""
+    def end_at_budget(self) -> bool:
+        """--conversation-tokens N: whether the episode ends here, because the conversation after
+        the first prompt holds more than N tokens, so the next reply would start past it (the
+        reference's data.max_response_length, where it caps vLLM's context and cuts its rows). Then
+        the last observation is taken back off: the row ends on the agent's own last token, as
+        after the last turn of the horizon."""
         budget = self.policy.conversation_tokens
         if not budget or len(self.row.ids) - self.prompt <= budget:
             return False
@@ -601,7 +602,7 @@ def _rollout_chunk(policy, pool, spec, tasks, groups, horizon, batch_size, timin
                 # ends on the agent's own last token.
                 with timed(timings, "template"):
                     memory[i].add_observation(ids[k], results[k].get("observation", ""))
-                if mode is WholeConversation and memory[i].over_budget():  # ends as at the horizon
+                if mode is WholeConversation and memory[i].end_at_budget():  # ends as at the horizon
                     trajs[i].over_budget = True
                     continue
             still.append(i)

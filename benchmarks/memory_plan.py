@@ -291,9 +291,9 @@ def plan(run: Run, gpu_gb: float) -> list[str]:
         "| model | params | flags | episodes in flight | rollout GB | update GB |",
         "|---|---|---|---|---|---|",
     ]
-    fit = lambda r: max(peaks(s, r)) <= SPARE * gpu_gb  # noqa: E731
     for name in ["Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-3B-Instruct", "Qwen/Qwen2.5-7B-Instruct"]:
         s = shape_of(name)
+        fit = lambda r, s=s: max(peaks(s, r)) <= SPARE * gpu_gb  # noqa: E731
         for lora in (False, True):
             r = dataclasses.replace(run, chunked=True, lora=lora)
             for o in OPTIONS[1:-1]:  # all but LoRA

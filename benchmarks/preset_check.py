@@ -28,7 +28,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -58,8 +57,8 @@ def pick_model() -> str:
 
 
 def tiny_qwen2(folder: str) -> str:
-    """A random Qwen2 (1 layer, width 8) with the tiny policy's tokenizer, as tests/test_presets.py
-    builds it: the architecture's code paths at the least cost."""
+    """A random Qwen2 (1 layer, width 8) with the tiny policy's tokenizer: the architecture's code
+    paths at the least cost (tests/test_presets.py starts every preset with it)."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -82,12 +81,11 @@ def card_gb() -> float:
 
 
 def run_preset(name: str, model: str, flags: list[str], steps: int, out: str, timeout: float) -> tuple:
-    """train.py on one preset; returns (its metrics rows, the log's tail when it failed, seconds)."""
+    """train.py on one preset; returns (its metrics rows, the log's tail when it failed)."""
     argv = [sys.executable, "train.py", "--preset", name, "--model", "smollm2" if model == SMOLLM2 else model,
             *flags, "--steps", str(steps), "--eval-episodes", "0", "--out", out]  # fmt: skip
     print("$", " ".join(argv[1:]), flush=True)
     env = dict(os.environ, **({"HF_HUB_OFFLINE": "1"} if cached(model) else {}))  # no hub calls
-    t0 = time.time()
     with open(out + ".log", "w") as log:
         try:
             run = subprocess.run(
@@ -100,7 +98,7 @@ def run_preset(name: str, model: str, flags: list[str], steps: int, out: str, ti
     path = os.path.join(out, "metrics.jsonl")
     rows = [json.loads(line) for line in open(path)] if os.path.exists(path) else []
     tail = "" if code == 0 else f"exit {code}: " + " | ".join(open(out + ".log").read().splitlines()[-5:])
-    return rows, tail, time.time() - t0
+    return rows, tail
 
 
 def main(argv=None) -> int:
@@ -130,7 +128,7 @@ def main(argv=None) -> int:
     for name in names:
         fit = memory_plan.preset_fit(PRESETS[name], model, gpu_gb)
         flags = [f for flag in fit.flags for f in flag.split()] + (CPU_FLAGS if a.cpu else [])
-        rows, tail, _ = run_preset(
+        rows, tail = run_preset(
             name, model, flags, a.steps, os.path.join(a.out, name.replace("/", "-")), a.timeout
         )
         ro, up = memory_plan.step_seconds(PRESETS[name], model, fit)

@@ -156,20 +156,9 @@ def test_an_unknown_preset_is_refused_in_one_line(capsys):
 @pytest.fixture(scope="module")
 def tiny_qwen2(tmp_path_factory):
     """A random Qwen2 (1 layer, width 8) with the tiny policy's tokenizer and chat template: the
-    architecture's code paths at the least cost a row, since a preset's step has 84 to 256 rows."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    import tiny
-
-    tok = tiny.load(tiny.tiny_policy_path("babyai"), "babyai").tokenizer
-    torch.manual_seed(0)
-    ids = dict(eos_token_id=tok.eos_token_id, bos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    config = Qwen2Config(vocab_size=len(tok), hidden_size=8, intermediate_size=16, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=1, **ids)  # fmt: skip
-    folder = tmp_path_factory.mktemp("qwen2")
-    Qwen2ForCausalLM(config).save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return str(folder)
+    architecture's code paths at the least cost a row, since a preset's step has 84 to 256 rows.
+    benchmarks/preset_check.py's --cpu builds the same."""
+    return benchmark("preset_check").tiny_qwen2(str(tmp_path_factory.mktemp("qwen2")))
 
 
 IN_FLIGHT = {"sciworld": 2, "webarena": 4}  # the fastest here: resets are CPU-bound on 2 cores
@@ -244,13 +233,19 @@ def test_webarenas_fixed_horizon_start_is_the_same_run_as_its_staged_twins():
 GPU_PAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "reproduce.md")
 
 
-def memory_plan():
+def benchmark(name: str):
+    """A module of benchmarks/, which imports its neighbours by name."""
+    import importlib
     import sys
 
-    sys.path.insert(0, os.path.join(os.path.dirname(GPU_PAGE), "..", "benchmarks"))
-    import memory_plan
+    folder = os.path.join(os.path.dirname(GPU_PAGE), "..", "benchmarks")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return importlib.import_module(name)
 
-    return memory_plan
+
+def memory_plan():
+    return benchmark("memory_plan")
 
 
 def page_commands(start: str) -> list[str]:
